@@ -1,0 +1,77 @@
+# gpuops.reclaim: the two commands users run are `make test` and `make demo`.
+# Everything else here is a step of those two. All Python tooling lives in .venv.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3
+VENV        := .venv
+VPY         := $(VENV)/bin/python
+VBIN        := $(VENV)/bin
+export PATH := $(CURDIR)/$(VBIN):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+LAB         := tests/lab/lab
+COLL_LINK   := .build/collections/ansible_collections/gpuops/reclaim
+
+.PHONY: help venv host-deps fakegpu collection-link unit sanity lint build lab-test molecule test demo clean lab-down
+
+help:
+	@echo "make test   - unit, sanity, lint, build, lab integration and Molecule"
+	@echo "make demo   - wedge lab hosts like the seed incidents, run playbooks/reclaim.yml, show before/after"
+
+$(VENV)/.installed: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Debian packages the lab and the stand-in driver need (CI is a fresh Debian 12 as root).
+host-deps:
+	tests/lab/host-deps
+
+fakegpu:
+	$(MAKE) -C tests/fakegpu
+
+# Ansible finds the collection through ANSIBLE_COLLECTIONS_PATH; the repository root is the collection root.
+collection-link:
+	mkdir -p $(dir $(COLL_LINK))
+	ln -sfn $(CURDIR) $(COLL_LINK)
+
+unit: venv fakegpu collection-link
+	$(VPY) -m pytest -q tests/unit
+
+sanity: venv
+	tests/sanity/run
+
+lint: venv collection-link
+	$(VBIN)/ansible-lint --profile production
+
+build: venv
+	mkdir -p .build/dist
+	$(VBIN)/ansible-galaxy collection build --force --output-path .build/dist .
+
+lab-test: venv host-deps fakegpu collection-link
+	$(VPY) -m pytest -q tests/integration
+
+molecule: venv host-deps fakegpu collection-link
+	cd extensions && $(VBIN)/molecule test --all
+
+test: venv host-deps fakegpu collection-link
+	$(MAKE) unit
+	$(MAKE) sanity
+	$(MAKE) lint
+	$(MAKE) build
+	$(MAKE) lab-test
+	$(MAKE) molecule
+
+demo: venv host-deps fakegpu collection-link
+	tests/demo/run
+
+lab-down:
+	$(LAB) down
+
+clean: lab-down
+	rm -rf .build tests/fakegpu/build
