@@ -1,0 +1,1 @@
+"""The lab's parts: paths, /proc helpers, SSH, node payload, node life cycle, CLI."""

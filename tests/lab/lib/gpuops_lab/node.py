@@ -1,0 +1,191 @@
+"""One lab node's life: overlay tree, systemd-nspawn boot, readiness, shutdown, cleanup."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+from . import payload, paths, proc, ssh
+
+
+class LabError(Exception):
+    """A failure the user must see as one clear line (exit status 1)."""
+
+
+def load_records():
+    """Records of nodes this lab started, sorted by index."""
+    records = []
+    if os.path.isdir(paths.RECORDS_DIR):
+        for entry in os.listdir(paths.RECORDS_DIR):
+            if entry.endswith(".json"):
+                with open(os.path.join(paths.RECORDS_DIR, entry)) as f:
+                    records.append(json.load(f))
+    return sorted(records, key=lambda r: r["index"])
+
+
+def is_running(record):
+    return proc.alive(record.get("leader_pid")) and proc.start_time(record["leader_pid"]) == record.get("leader_start")
+
+
+def _save_record(record):
+    os.makedirs(paths.RECORDS_DIR, exist_ok=True)
+    tmp = paths.record_path(record["name"]) + ".new"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, paths.record_path(record["name"]))
+
+
+def prepare(index, gpus):
+    """Mount a fresh overlay over the cached base and fill in this node's files."""
+    name = paths.node_name(index)
+    top = paths.node_dir(name)
+    if proc.mounts_under(top):
+        raise LabError(f"{top} still has mounts from an earlier run; run 'lab down' first")
+    shutil.rmtree(top, ignore_errors=True)
+    upper, work, root = (os.path.join(top, d) for d in ("upper", "work", "root"))
+    for d in (upper, work, root):
+        os.makedirs(d)
+    subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={paths.BASE},upperdir={upper},workdir={work}", root],
+        check=True,
+    )
+    ip = paths.node_ip(index)
+    payload.write_identity(root, name, ip, gpus)
+    installed = payload.install_tools(root)
+    return {"name": name, "index": index, "ip": ip, "gpus": gpus, "root": root, "tools": installed}
+
+
+def boot(record):
+    """Start systemd-nspawn in the background and record its container's PID 1."""
+    log_path = os.path.join(paths.node_dir(record["name"]), "console.log")
+    argv = [
+        "systemd-nspawn", "--boot", "--quiet",
+        f"--machine={record['name']}", f"--directory={record['root']}",
+        # machined is not running on the controller (PID 1 is not systemd): the lab
+        # tracks its nodes itself.
+        "--register=no", "--keep-unit",
+        "--console=read-only", "--link-journal=no", "--timezone=off", "--resolv-conf=off",
+        "--kill-signal=SIGRTMIN+4",
+    ]
+    with open(log_path, "ab") as log:
+        nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    record.update(nspawn_pid=nspawn.pid, log=log_path)
+    leader = _wait_for_leader(nspawn, log_path)
+    record.update(leader_pid=leader, leader_start=proc.start_time(leader),
+                  pid_ns=proc.namespace(leader, "pid"), mnt_ns=proc.namespace(leader, "mnt"),
+                  started=time.time())
+    _save_record(record)
+
+
+def _wait_for_leader(nspawn, log_path, timeout=30):
+    own_ns = proc.namespace(os.getpid(), "pid")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if nspawn.poll() is not None:
+            raise LabError(f"systemd-nspawn exited with {nspawn.returncode} before the node booted:\n{_tail(log_path)}")
+        for child in proc.children(nspawn.pid):
+            ns = proc.namespace(child, "pid")
+            if ns and ns != own_ns and proc.cmdline(child)[:1] != ["systemd-nspawn"]:
+                return child
+        time.sleep(0.05)
+    raise LabError(f"systemd-nspawn (pid {nspawn.pid}) started no container within {timeout} s:\n{_tail(log_path)}")
+
+
+def _tail(path, lines=20):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def _port_open(ip, port=22):
+    try:
+        with socket.create_connection((ip, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def wait_ready(record, timeout=120):
+    """Return once the node answers SSH and, with the stand-in installed, has its devices."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_running(record):
+            raise LabError(f"{record['name']} stopped while booting:\n{_tail(record['log'])}")
+        if _port_open(record["ip"]) and ssh.answers(record["ip"]):
+            break
+        time.sleep(0.2)
+    else:
+        raise LabError(f"{record['name']} did not answer SSH on {record['ip']}:22 within {timeout} s:\n{_tail(record['log'])}")
+    if "fakegpu" in record["tools"]:
+        check = subprocess.run(
+            ssh.ssh_argv(record["ip"], "test -f /dev/nvidiactl && test -f /dev/nvidia0 || "
+                         "{ journalctl -b -u fakegpu-devices.service --no-pager | tail -20; exit 1; }"),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+        )
+        if check.returncode != 0:
+            raise LabError(f"{record['name']}: fakegpu setup made no /dev/nvidia* files:\n{check.stdout}{check.stderr}")
+
+
+def refresh_tools(record):
+    record["tools"] = payload.install_tools(record["root"])
+    _save_record(record)
+
+
+def _wait_gone(pids, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(proc.alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return not any(proc.alive(p) for p in pids)
+
+
+def _kill(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop(record, timeout=30):
+    """Power the node off, then remove every trace: processes, mounts, files, record."""
+    name = record["name"]
+    leader, nspawn = record.get("leader_pid"), record.get("nspawn_pid")
+    leader_ok = is_running(record)
+    nspawn_ok = proc.alive(nspawn) and f"--machine={name}" in proc.cmdline(nspawn)
+    if leader_ok:
+        # systemd's own "power off" signal: a clean shutdown stops every unit.
+        _kill(leader, signal.SIGRTMIN + 4)
+        if not _wait_gone([leader], timeout):
+            # PID 1 of a PID namespace dying takes every process of the namespace with it.
+            _kill(leader, signal.SIGKILL)
+            _wait_gone([leader], 10)
+    if nspawn_ok and not _wait_gone([nspawn], 10):
+        _kill(nspawn, signal.SIGKILL)
+        _wait_gone([nspawn], 5)
+    if record.get("pid_ns"):
+        stragglers = proc.pids_in_namespace("pid", record["pid_ns"])
+        for pid in stragglers:
+            _kill(pid, signal.SIGKILL)
+        if stragglers and not _wait_gone(stragglers, 10):
+            raise LabError(f"{name}: processes {stragglers} survived SIGKILL (D state?); left the record in place")
+    top = paths.node_dir(name)
+    for point in proc.mounts_under(top):
+        result = subprocess.run(["umount", point], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise LabError(f"{name}: cannot unmount {point}: {result.stderr.strip()}")
+    if proc.mounts_under(top):
+        raise LabError(f"{name}: mounts remain under {top}")
+    shutil.rmtree(top, ignore_errors=True)
+    # nspawn's own runtime leftovers on the controller.
+    for leftover in (f"/run/systemd/nspawn/propagate/{name}", f"/run/systemd/nspawn/unix-export/{name}"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        os.unlink(paths.record_path(name))
+    except FileNotFoundError:
+        pass
