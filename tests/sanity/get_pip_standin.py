@@ -76,7 +76,8 @@ def outside_pip():
 
 def main(argv):
     env = clean_environment()
-    install_args = [arg for arg in argv if arg not in GET_PIP_ONLY_OPTIONS]
+    # --quiet: real get-pip.py prints little; pip still reports any failure.
+    install_args = ['--quiet'] + [arg for arg in argv if arg not in GET_PIP_ONLY_OPTIONS]
 
     if have_pip() or bootstrap_with_ensurepip(env):
         command = [sys.executable, '-m', 'pip', 'install'] + install_args
