@@ -1,0 +1,93 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.reclaim maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Render an inference server's flags dict into a command line.
+
+Docs for the two filters live in the sidecar files cli_flags.yml and
+systemd_quote.yml (one file per filter is what ansible-doc reads).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.collections import is_sequence
+from ansible.module_utils.six import string_types
+
+ENGINES = ("sglang", "vllm")
+_KEY = re.compile(r"^(--)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Characters systemd's ExecStart parser takes literally outside quotes.
+_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+
+
+def _flag_name(key, engine):
+    if not isinstance(key, string_types) or not _KEY.match(key):
+        raise AnsibleFilterError("cli_flags: bad flag name %r: use letters, digits, '_', '-', '.'" % (key,))
+    if key.startswith("--"):
+        return key  # spelled out by the user: taken verbatim
+    # Both SGLang and vLLM spell their flags with dashes (ServerArgs field
+    # mem_fraction_static is --mem-fraction-static).
+    return "--" + key.replace("_", "-")
+
+
+def _scalar(key, value):
+    if isinstance(value, bool):
+        raise AnsibleFilterError("cli_flags: flag %r: booleans are only allowed as the whole value, got %r in a list" % (key, value))
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (int, string_types)):
+        return str(value)
+    if isinstance(value, dict):
+        # e.g. vLLM --compilation-config '{"level": 3}'
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    raise AnsibleFilterError("cli_flags: flag %r has a value of unsupported type %s: %r" % (key, type(value).__name__, value))
+
+
+def cli_flags(flags, engine="sglang", grouped=False):
+    """dict -> argv list. true: bare flag; false/null: omitted; list: the flag
+    repeated once per item; anything else: '--flag value'. Keys are sorted so
+    that the same flags always give the same command line (no spurious restart)."""
+    if engine not in ENGINES:
+        raise AnsibleFilterError("cli_flags: unknown engine %r, expected one of %s" % (engine, ", ".join(ENGINES)))
+    if flags is None:
+        flags = {}
+    if not isinstance(flags, dict):
+        raise AnsibleFilterError("cli_flags: expected a dict of flags, got %s: %r" % (type(flags).__name__, flags))
+    groups = []
+    for key in sorted(flags, key=str):
+        name = _flag_name(key, engine)
+        value = flags[key]
+        if value is True:
+            groups.append([name])
+        elif value is False or value is None:
+            continue
+        elif is_sequence(value):
+            groups.extend([name, _scalar(key, item)] for item in value)
+        else:
+            groups.append([name, _scalar(key, value)])
+    if grouped:
+        return groups
+    return [word for group in groups for word in group]
+
+
+def systemd_quote(arg):
+    """Quote one word (or each word of a list) for a systemd ExecStart= line.
+    '%' starts a specifier and '$' a variable in ExecStart, so both are doubled."""
+    if is_sequence(arg):
+        return [systemd_quote(a) for a in arg]
+    if not isinstance(arg, string_types):
+        arg = str(arg)
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if arg and _SAFE.match(arg):
+        return escaped
+    escaped = escaped.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return '"%s"' % escaped
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"cli_flags": cli_flags, "systemd_quote": systemd_quote}

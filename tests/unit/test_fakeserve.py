@@ -1,0 +1,166 @@
+"""fakeserve: the KV capacity model and its behaviour as a process (no GPU needed)."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+FAKESERVE = pathlib.Path(__file__).resolve().parents[1] / "fakeserve" / "fakeserve"
+_loader = importlib.machinery.SourceFileLoader("fakeserve", str(FAKESERVE))
+fs = importlib.util.module_from_spec(importlib.util.spec_from_loader("fakeserve", _loader))
+_loader.exec_module(fs)
+
+SEED_GPUS = [97887] * 8  # the seed hosts: 8 x RTX PRO 6000 Blackwell
+
+
+def test_seed_085_gives_about_116k_tokens():
+    gpu, host = fs.kv_tokens(0.85, SEED_GPUS)
+    assert host == 0
+    assert 112_000 <= gpu <= 120_000
+
+
+def test_seed_300gb_hicache_gives_about_410k_tokens():
+    gpu, host = fs.kv_tokens(0.85, SEED_GPUS, enable_hierarchical_cache=True, hicache_size_gb=300)
+    assert 400_000 <= gpu + host <= 420_000
+
+
+def test_more_fraction_more_tokens_and_hicache_needs_enabling():
+    assert fs.kv_tokens(0.93, SEED_GPUS)[0] > fs.kv_tokens(0.85, SEED_GPUS)[0]
+    assert fs.kv_tokens(0.85, SEED_GPUS, enable_hierarchical_cache=False, hicache_size_gb=300)[1] == 0
+
+
+def test_hicache_ratio_applies_without_size_and_fp8_doubles():
+    gpu, host = fs.kv_tokens(0.85, SEED_GPUS, enable_hierarchical_cache=True, hicache_ratio=2.0)
+    assert host == 2 * gpu
+    assert fs.kv_tokens(0.85, SEED_GPUS, kv_cache_dtype="fp8_e4m3")[0] == pytest.approx(2 * gpu, abs=2)
+
+
+def test_fraction_below_weights_gives_no_kv():
+    assert fs.kv_tokens(0.5, SEED_GPUS) == (0, 0)
+
+
+def test_unknown_flag_is_rejected_like_argparse():
+    res = subprocess.run([sys.executable, str(FAKESERVE), "--model-path", "m", "--no-such-flag", "1"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2
+    assert "unrecognized arguments: --no-such-flag 1" in res.stderr
+
+
+def test_bad_fraction_is_named():
+    res = subprocess.run([sys.executable, str(FAKESERVE), "--model-path", "m", "--mem-fraction-static", "1.5"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "1.5" in res.stdout
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return None, b""
+
+
+def _children(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.fixture
+def server():
+    procs = []
+
+    def start(*extra, env=None):
+        port = _free_port()
+        e = dict(os.environ, CUDA_VISIBLE_DEVICES="3,5", **(env or {}))
+        p = subprocess.Popen([sys.executable, str(FAKESERVE), "--model-path", "m", "--tp-size", "2",
+                              "--port", str(port), "--fake-backend", "none", "--fake-gpu-total-mib", "81920",
+                              "--fake-load-seconds", "1", *extra],
+                             env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(p)
+        return p, "http://127.0.0.1:%d" % port
+
+    yield start
+    for p in procs:
+        for c in _children(p.pid):
+            os.kill(c, signal.SIGKILL)
+        p.kill()
+        p.wait()
+
+
+def _wait_status(url, want, timeout=15):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if _get(url)[0] == want:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_lifecycle_term_ignored_while_loading_then_honoured(server):
+    p, base = server("--mem-fraction-static", "0.93", "--enable-hierarchical-cache", "--hicache-size", "4")
+    time.sleep(0.4)
+    assert _get(base + "/health")[0] is None          # port closed while loading
+    p.send_signal(signal.SIGTERM)                       # ignored: still loading
+    assert _wait_status(base + "/health", 200)
+    code, body = _get(base + "/get_server_info")
+    info = json.loads(body)
+    assert code == 200 and info["mem_fraction_static"] == 0.93 and info["tp_size"] == 2
+    assert info["enable_hierarchical_cache"] is True and info["hicache_size"] == 4
+    assert info["gpu_ids"] == [3, 5]
+    gpu, host = fs.kv_tokens(0.93, [81920, 81920], True, 4)
+    assert info["max_total_num_tokens"] == gpu + host
+    kids = _children(p.pid)
+    assert len(kids) == 2
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=10)
+    assert "SIGTERM ignored: still loading" in out
+    assert "max_total_num_tokens=%d" % (gpu + host) in out
+    assert "The server is fired up and ready to roll!" in out
+    for k in kids:                                       # children stopped with it
+        assert not pathlib.Path("/proc/%d" % k).exists() or "Z" in pathlib.Path("/proc/%d/stat" % k).read_text().split()[2]
+
+
+def test_sigkill_orphans_the_ranks(server):
+    p, base = server()
+    assert _wait_status(base + "/health", 200)
+    kids = _children(p.pid)
+    p.kill()
+    p.wait()
+    time.sleep(0.2)
+    for k in kids:
+        assert pathlib.Path("/proc/%d" % k).exists(), "rank %d should survive its parent" % k
+        os.kill(k, signal.SIGKILL)
+
+
+def test_hang_after_load_never_opens_port(server):
+    p, base = server("--fake-fault", "hang-after-load")
+    assert not _wait_status(base + "/health", 200, timeout=3)
+    assert p.poll() is None
+
+
+def test_crash_exits_nonzero(server):
+    p, _ = server(env={"FAKESERVE_FAULT": "crash"})
+    assert p.wait(timeout=15) != 0
+
+
+def test_too_many_ranks_for_visible_gpus(server):
+    p, _ = server("--tp-size", "4")
+    out, _ = p.communicate(timeout=15)
+    assert p.returncode == 1 and "tp_size=4 but only 2 GPU(s) visible" in out

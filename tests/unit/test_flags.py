@@ -1,0 +1,79 @@
+"""Flag rendering: the inference_service unit's command line comes from here."""
+import importlib.util
+import pathlib
+import shlex
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "plugins" / "filter" / "flags.py"
+_spec = importlib.util.spec_from_file_location("gpuops_flags", _PATH)
+flags = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(flags)
+cli_flags, systemd_quote = flags.cli_flags, flags.systemd_quote
+
+
+def test_seed_flags_render_as_sglang_spells_them():
+    argv = cli_flags({"tp_size": 8, "mem_fraction_static": 0.93, "enable_hierarchical_cache": True,
+                      "hicache_size": 300, "disable_cuda_graph": False, "model_path": "/models/kimi"})
+    assert argv == ["--enable-hierarchical-cache", "--hicache-size", "300", "--mem-fraction-static", "0.93",
+                    "--model-path", "/models/kimi", "--tp-size", "8"]
+
+
+def test_false_and_null_are_omitted_true_is_bare():
+    assert cli_flags({"a": False, "b": None, "c": True}) == ["--c"]
+
+
+def test_list_repeats_the_flag():
+    assert cli_flags({"api_key": ["x", "y"]}) == ["--api-key", "x", "--api-key", "y"]
+
+
+def test_dict_value_is_compact_json():
+    assert cli_flags({"compilation_config": {"level": 3}}, engine="vllm") == ["--compilation-config", '{"level":3}']
+
+
+def test_order_does_not_depend_on_dict_order():
+    assert cli_flags({"b": 1, "a": 2}) == cli_flags({"a": 2, "b": 1})
+
+
+def test_verbatim_key_and_grouped():
+    assert cli_flags({"--Weird_Flag": 1, "x": True}, grouped=True) == [["--Weird_Flag", "1"], ["--x"]]
+
+
+def test_empty_and_none_input():
+    assert cli_flags({}) == [] and cli_flags(None) == []
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"bad key": 1}, "'bad key'"),
+    ({"-x": 1}, "'-x'"),
+    ({"a": object()}, "'a'"),
+    ({"a": [True]}, "'a'"),
+    (["--tp-size", 8], "expected a dict"),
+])
+def test_bad_input_names_the_bad_value(bad, needle):
+    with pytest.raises(AnsibleFilterError, match=needle.replace("(", r"\(")):
+        cli_flags(bad)
+
+
+def test_unknown_engine_is_named():
+    with pytest.raises(AnsibleFilterError, match="'tgi'"):
+        cli_flags({}, engine="tgi")
+
+
+def test_systemd_quote_plain_words_unchanged():
+    assert systemd_quote(["--tp-size", "8", "/models/a.b", "0.93"]) == ["--tp-size", "8", "/models/a.b", "0.93"]
+
+
+def test_systemd_quote_escapes_specifiers_and_quotes():
+    assert systemd_quote("50%") == "\"50%%\""
+    assert systemd_quote("$HOME") == '"$$HOME"'
+    assert systemd_quote('say "hi"') == '"say \\"hi\\""'
+    assert systemd_quote("") == '""'
+
+
+def test_systemd_quote_round_trips_through_a_shell_like_parser():
+    # systemd's quoting is a superset of what shlex understands for these words
+    words = ["a b", 'x"y', "back\\slash", "{\"k\":1}"]
+    quoted = " ".join(systemd_quote(words))
+    assert shlex.split(quoted) == words
