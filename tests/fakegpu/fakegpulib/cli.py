@@ -1,0 +1,65 @@
+"""Argument parsing for `fakegpu`. Every bad value is refused before anything changes."""
+import argparse
+import sys
+
+from . import hold, knobs, setup, status
+from .errors import UsageError
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="fakegpu", description=(
+        "Stand-in NVIDIA driver: set up GPUs under $FAKEGPU_ROOT (default /), hold memory, "
+        "turn knobs. The C library build/libnvidia-ml.so.1 reads the same state."))
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    s = sub.add_parser("setup", help="write config and device files (idempotent)")
+    s.add_argument("--gpus", type=int, default=8, help="GPU count, 1..64 (default 8)")
+    s.add_argument("--memory-mib", type=int, default=97887)
+    s.add_argument("--reserved-mib", type=int, default=615)
+    s.add_argument("--name", default="NVIDIA H200")
+    s.add_argument("--minors", help="minor number per index, e.g. 3,0,1,2 (default 0..N-1)")
+    s.add_argument("--release-lag-ms", type=int, default=0)
+    s.set_defaults(func=setup.run)
+
+    h = sub.add_parser("hold", help="hold GPU memory until killed")
+    h.add_argument("--gpu", action="append", default=[], metavar="IDX:MIB")
+    h.add_argument("--child", action="append", default=[], metavar="IDX:MIB[:TITLE]",
+                   help="spawn a child holding memory that survives our SIGKILL")
+    h.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (children too)")
+    h.add_argument("--title", help="process title shown in /proc/PID/comm and cmdline")
+    h.add_argument("--exec-name", help="process name for /proc/PID/comm (default: title)")
+    h.add_argument("--fork-inherit", action="store_true",
+                   help="fork a child after allocating that keeps the inherited fds")
+    h.add_argument("--ready-file", help="write JSON here once everything is held")
+    h.add_argument("--notify-fd", type=int, help=argparse.SUPPRESS)
+    h.set_defaults(func=hold.run)
+
+    lk = sub.add_parser("leak", help="memory held with no process (or --clear)")
+    lk.add_argument("--gpu", type=int, metavar="IDX")
+    lk.add_argument("--mib", type=int)
+    lk.add_argument("--clear", action="store_true", help="clear (one GPU, or all without --gpu)")
+    lk.set_defaults(func=knobs.leak)
+
+    lg = sub.add_parser("lag", help="delay before a dead holder's memory comes back")
+    lg.add_argument("--ms", type=int, required=True)
+    lg.set_defaults(func=knobs.lag)
+
+    hg = sub.add_parser("hang", help="make NVML calls block")
+    hg.add_argument("--calls", help="'all' or NVML function names, comma-separated")
+    hg.add_argument("--seconds", type=float, help="how long each call blocks (default 3600)")
+    hg.add_argument("--off", action="store_true")
+    hg.set_defaults(func=knobs.hang)
+
+    st = sub.add_parser("status", help="GPUs and allocations as JSON")
+    st.set_defaults(func=status.run)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print("fakegpu %s: error: %s" % (args.command, exc), file=sys.stderr)
+        return 2

@@ -1,0 +1,148 @@
+"""`fakegpu hold`: a process that holds GPU memory like an inference worker does."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from . import config, proctitle
+from .errors import UsageError
+from .gpumem import Context
+from .nvml import Nvml, NvmlError
+
+FAKEGPU = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "fakegpu")
+
+
+def parse_spec(text, option, with_title=False):
+    """'IDX:MIB' (or 'IDX:MIB:TITLE' for --child) -> (idx, mib, title)."""
+    parts = text.split(":", 2 if with_title else 1)
+    try:
+        idx, mib = int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        form = "IDX:MIB[:TITLE]" if with_title else "IDX:MIB"
+        raise UsageError("%s %r: expected %s with integer IDX and MIB" % (option, text, form))
+    if mib <= 0:
+        raise UsageError("%s %r: MIB must be > 0" % (option, text))
+    title = parts[2] if with_title and len(parts) > 2 else None
+    if title is not None and not title:
+        raise UsageError("%s %r: TITLE is empty" % (option, text))
+    return idx, mib, title
+
+
+def start_time(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def visible_pid():
+    """Our PID as /proc (of the namespace that mounted it) names us: in an
+    `unshare --pid --fork` without --mount-proc this is the outer PID."""
+    return int(os.readlink("/proc/self"))
+
+
+def free_mib(index):
+    with Nvml() as nvml:
+        return nvml.gpu(index)["memory_free_mib"]
+
+
+def check_fits(specs):
+    """Refuses, like cudaMalloc's out-of-memory, what does not fit in free memory now."""
+    wanted = {}
+    for idx, mib, _ in specs:
+        wanted[idx] = wanted.get(idx, 0) + mib
+    try:
+        for idx, mib in sorted(wanted.items()):
+            free = free_mib(idx)
+            if mib > free:
+                raise UsageError("out of memory on GPU %d: asked %d MiB, %d MiB free"
+                                 % (idx, mib, free))
+    except (OSError, NvmlError) as exc:
+        raise UsageError("cannot read GPU memory through the stand-in NVML: %s" % exc)
+
+
+def validate(args):
+    cfg = config.load()
+    own = [parse_spec(s, "--gpu") for s in args.gpu]
+    kids = [parse_spec(s, "--child", with_title=True) for s in args.child]
+    if not own and not kids:
+        raise UsageError("hold: give at least one --gpu IDX:MIB or --child IDX:MIB")
+    for idx, _, _ in own + kids:
+        config.gpu_by_index(cfg, idx)
+    for opt, val in (("--title", args.title), ("--exec-name", args.exec_name)):
+        if val is not None and (not val or "\0" in val or "\n" in val):
+            raise UsageError("%s %r: must be a non-empty single line" % (opt, val))
+    check_fits(own + kids)
+    return cfg, own, kids
+
+
+def spawn_child(idx, mib, title, args):
+    """A worker on its own GPU that outlives our SIGKILL (re-parented, as SGLang's are)."""
+    r, w = os.pipe()
+    cmd = [sys.executable, FAKEGPU, "hold", "--gpu", "%d:%d" % (idx, mib), "--notify-fd", str(w)]
+    if title or args.title:
+        cmd += ["--title", title or args.title]
+    if args.ignore_term:
+        cmd.append("--ignore-term")
+    proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL)
+    os.close(w)
+    return proc, r
+
+
+def wait_child_ready(proc, r):
+    with os.fdopen(r) as f:
+        line = f.readline()
+    if not line.startswith("ready"):
+        code = proc.wait()
+        raise UsageError("child on --child failed (exit %s) before holding its memory" % code)
+
+
+def write_ready(path, record):
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.rename(tmp, path)
+
+
+def sleep_forever():
+    while True:
+        signal.pause()
+
+
+def run(args):
+    cfg, own, kids = validate(args)
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.title:
+        proctitle.set_title(args.title, comm=args.exec_name)
+    elif args.exec_name:
+        proctitle.set_comm(args.exec_name)
+    contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _ in own]
+    children = [spawn_child(idx, mib, title, args) for idx, mib, title in kids]
+    for proc, r in children:
+        wait_child_ready(proc, r)
+    forked = []
+    if args.fork_inherit:
+        pid = os.fork()
+        if pid == 0:
+            # Never allocates; only keeps the inherited descriptors and mappings.
+            sleep_forever()
+        forked.append(pid)
+    if args.notify_fd is not None:
+        os.write(args.notify_fd, b"ready\n")
+        os.close(args.notify_fd)
+    if args.ready_file:
+        spawned = [p.pid for p, _ in children]
+        write_ready(args.ready_file, {
+            "pid": visible_pid(),
+            "ns_pid": os.getpid(),
+            "start_time": start_time(os.getpid()),
+            "children": spawned + forked,
+            "spawned": spawned,
+            "forked": forked,
+            "processes": [{"pid": p, "start_time": start_time(p)} for p in spawned + forked],
+            "allocations": [{"gpu": c.index, "minor": c.minor, "mib": c.mib} for c in contexts],
+            "time": time.time(),
+        })
+    _keep = (contexts, children)    # noqa: F841 - the memory lives as long as these do
+    sleep_forever()
