@@ -1,0 +1,189 @@
+"""The `lab` fixture: real systemd-nspawn hosts for the integration tests.
+
+LAB_NODES (default 2) sets how many nodes; nodes already up in that number are reused.
+LAB_KEEP=1 leaves them running after the session (then `tests/lab/lab down`).
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB = os.path.join(REPO, "tests", "lab", "lab")
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+
+# Run inside a node: kill whatever `fakegpu hold` (or anything else) left holding a
+# stand-in GPU, found by the device files it has open or mapped, then wait for the kernel
+# to finish with them so the next test starts on idle GPUs.
+_KILL_HOLDERS = r"""
+import os, signal, time
+me = os.getpid()
+def holds_gpu(pid):
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/nvidia"):
+                    return True
+            except OSError:
+                pass
+        with open(f"/proc/{pid}/maps") as f:
+            if "/dev/nvidia" in f.read():
+                return True
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        return any(a.endswith(b"fakegpu") for a in argv[:2]) and b"hold" in argv
+    except OSError:
+        return False
+victims = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me) and holds_gpu(int(p))]
+for pid in victims:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+for _ in range(200):
+    left = []
+    for pid in victims:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    left.append(pid)
+        except OSError:
+            pass
+    if not left:
+        break
+    time.sleep(0.05)
+else:
+    raise SystemExit(f"GPU holders survived SIGKILL: {left}")
+print(" ".join(map(str, victims)))
+"""
+
+
+class NodeCommandError(subprocess.CalledProcessError):
+    """A node command failed; the message carries its output so the test report shows it."""
+
+    def __str__(self):
+        return f"{super().__str__()}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+class Lab:
+    """Handle on the running lab nodes."""
+
+    def __init__(self, nodes, inventory, gpus):
+        self.nodes = nodes
+        self.inventory = inventory
+        self.gpus = gpus
+
+    def status(self):
+        """Parsed `lab status`: node name -> the record's columns."""
+        out = subprocess.run([LAB, "status"], capture_output=True, text=True, check=True).stdout
+        rows = {}
+        for line in out.splitlines():
+            cols = line.split("\t")
+            if len(cols) >= 5:
+                rows[cols[0]] = {"ip": cols[1], "state": cols[3], "tools": cols[4].removeprefix("tools: ").split(",")}
+        return rows
+
+    def has_fakegpu(self, node):
+        return "fakegpu" in self.status().get(node, {}).get("tools", [])
+
+    def exec(self, node, cmd, check=True, timeout=60):
+        """Run a shell command line on a node through `lab exec`; text-mode result."""
+        result = subprocess.run([LAB, "exec", node, cmd], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise NodeCommandError(result.returncode, f"lab exec {node} {cmd}", result.stdout, result.stderr)
+        return result
+
+    def module(self, node, fqcn, args, check_mode=False, timeout=300):
+        """Run one Ansible module on a node over the lab's SSH inventory; return its result dict.
+
+        A failed module comes back as its result (with failed=True), not as an exception;
+        only a broken Ansible run (no result at all) raises.
+        """
+        with tempfile.TemporaryDirectory(prefix="lab-module-") as tmp:
+            result_path = os.path.join(tmp, "result.json")
+            # JSON is YAML: the play is written as JSON so args need no YAML quoting.
+            play = [{
+                "hosts": node,
+                "gather_facts": False,
+                "tasks": [
+                    {"name": "module under test", fqcn: args, "register": "lab_result",
+                     "check_mode": check_mode, "ignore_errors": True, "ignore_unreachable": True},
+                    {"name": "hand the result to the test",
+                     "ansible.builtin.copy": {"content": "{{ lab_result | to_json }}", "dest": result_path},
+                     "delegate_to": "localhost", "check_mode": False},
+                ],
+            }]
+            playbook = os.path.join(tmp, "play.json")
+            with open(playbook, "w") as f:
+                json.dump(play, f)
+            run = subprocess.run(
+                [os.path.join(VENV_BIN, "ansible-playbook"), "-i", self.inventory, playbook],
+                env=ansible_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+            )
+            if not os.path.exists(result_path):
+                raise AssertionError(
+                    f"ansible-playbook gave no result for {fqcn} on {node} (rc {run.returncode}):\n"
+                    f"{run.stdout}\n{run.stderr}")
+            with open(result_path) as f:
+                return json.load(f)
+
+    def reset_gpus(self, node):
+        """Kill every GPU holder on the node and put its stand-in back to a clean state."""
+        self.exec(node, "python3 -c " + shlex.quote(_KILL_HOLDERS), timeout=60)
+        self.exec(node, f"fakegpu setup --gpus {self.gpus} && fakegpu leak --clear && "
+                        "fakegpu lag --ms 0 && fakegpu hang --off", timeout=60)
+
+
+def ansible_env():
+    env = dict(os.environ)
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_CONFIG"] = os.path.join(REPO, "ansible.cfg")
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".build", "collections")
+    env.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "False")
+    return env
+
+
+def lab_node_count():
+    raw = os.environ.get("LAB_NODES", "2")
+    if not raw.isdigit() or int(raw) < 1:
+        raise pytest.UsageError(f"LAB_NODES must be a whole number >= 1, got '{raw}'")
+    return int(raw)
+
+
+def lab_up(count):
+    """`lab up` (reuses nodes already up in this number); returns the inventory path."""
+    up = subprocess.run([LAB, "up", str(count)], capture_output=True, text=True, timeout=900)
+    if up.returncode != 0:
+        raise AssertionError(f"lab up {count} failed (rc {up.returncode}):\n{up.stdout}\n{up.stderr}")
+    return up.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def lab():
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (it mounts overlays and boots systemd-nspawn containers)")
+    if not os.path.exists(os.path.join(VENV_BIN, "ansible-playbook")):
+        pytest.skip(f"no {VENV_BIN}/ansible-playbook: run 'make venv'")
+    count = lab_node_count()
+    inventory = lab_up(count)
+    handle = Lab([f"node{i}" for i in range(1, count + 1)], inventory, gpus=8)
+    yield handle
+    if os.environ.get("LAB_KEEP") != "1":
+        subprocess.run([LAB, "down"], check=True, timeout=300)
+
+
+@pytest.fixture
+def clean_gpus(lab):
+    """Every node's stand-in GPUs idle and unconfigured before the test."""
+    missing = [n for n in lab.nodes if not lab.has_fakegpu(n)]
+    if missing:
+        pytest.skip(f"stand-in GPU driver not installed on {', '.join(missing)}: "
+                    "tests/fakegpu (libnvidia-ml.so.1, fakegpu, nvidia-smi) not built yet")
+    for node in lab.nodes:
+        lab.reset_gpus(node)
+    return lab
