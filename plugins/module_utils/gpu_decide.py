@@ -1,0 +1,402 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decide: pure functions from an observation to holders, protection, diagnosis and targets.
+
+No I/O here: tests drive every rule with hand-built observations and no processes.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+# Processes whose death hurts the host more than a held GPU (FIELD_NOTES, failure mode 8/9).
+# Matched against the process name and the base name of argv[0]; comm is cut at 15 chars.
+INFRASTRUCTURE = (
+    'nvidia-persistenced', 'nv-hostengine', 'dcgm-exporter', 'dcgmi', 'nv-fabricmanager',
+    'nvidia-fabricmanager', 'Xorg', 'X', 'Xwayland', 'gdm-x-session', 'nvidia-cuda-mps-control',
+    'nvidia-cuda-mps-server', 'slurmstepd', 'slurmd', 'orted', 'prted', 'systemd', 'init',
+    'sshd', 'containerd-shim', 'containerd-shim-runc-v2', 'kubelet', 'nvidia-device-plugin',
+)
+_COMM_LEN = 15
+# Units whose stop would cut the operator off or hurt the host, whatever runs inside them.
+PROTECTED_UNIT_PATTERN = re.compile(
+    r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|nvidia-persistenced|'
+    r'nvidia-fabricmanager|dcgm.*|nvidia-dcgm.*|slurmd|slurmstepd|kubelet|containerd|docker)\.service$')
+# A PID above the kernel's hard limit (4194304) or 0 comes from mismatched NVML bindings.
+PID_MAX_LIMIT = 4194304
+# Per-GPU device nodes are /dev/nvidia<minor>; nvidiactl, nvidia-uvm, nvidia-caps/* and
+# nvidia-modeset are shared and pin no particular GPU.
+_PER_GPU_NODE = re.compile(r'/nvidia(\d+)$')
+
+
+def per_gpu_minor(path):
+    """The minor number of a per-GPU device node path, or None for shared nodes."""
+    found = _PER_GPU_NODE.search(path)
+    return int(found.group(1)) if found else None
+
+
+def infrastructure_name(name, cmdline):
+    argv0 = os.path.basename(cmdline.split(' ', 1)[0]) if cmdline else ''
+    for infra in INFRASTRUCTURE:
+        if name == infra or argv0 == infra:
+            return infra
+        if len(name) == _COMM_LEN and infra.startswith(name):
+            return infra
+    return None
+
+
+def protection_reason(proc, own_tree, patterns):
+    """Why a process must never be signalled, or None. `proc` is a gpu_observe.ProcState."""
+    if proc.pid <= 1:
+        return 'PID %d is the init process' % proc.pid
+    if proc.kthread:
+        return 'kernel thread'
+    if proc.pid in own_tree:
+        return 'part of the process tree running this module (its caller or its own child)'
+    if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1:
+        return "init of a container's PID namespace"
+    infra = infrastructure_name(proc.name, proc.cmdline)
+    if infra:
+        return 'GPU or cluster infrastructure (%s)' % infra
+    for pattern in patterns:
+        if pattern.search(proc.name) or pattern.search(proc.cmdline):
+            return 'matches protect pattern %r' % pattern.pattern
+    return None
+
+
+def compile_patterns(patterns, option):
+    """Compile user regexes; a bad one raises ValueError naming the option and the value."""
+    compiled = []
+    for pattern in patterns or []:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise ValueError('%s: %r is not a valid regular expression (%s)' % (option, pattern, exc))
+    return compiled
+
+
+def resolve_gpus(requested, gpus):
+    """Indices of the requested GPUs (index, UUID or PCI bus id); all GPUs when none requested.
+
+    Raises ValueError naming the unknown value and listing the GPUs that exist.
+    """
+    if not requested:
+        return [gpu.index for gpu in gpus]
+    by_key = {}
+    for gpu in gpus:
+        by_key[str(gpu.index)] = gpu.index
+        by_key[gpu.uuid.lower()] = gpu.index
+        bus = gpu.pci_bus_id.lower()
+        by_key[bus] = gpu.index
+        by_key[bus[4:] if bus.startswith('0000') else bus] = gpu.index
+    selected = []
+    for value in requested:
+        key = str(value).strip().lower()
+        if key not in by_key:
+            existing = ', '.join('%d (%s, %s)' % (g.index, g.uuid, g.pci_bus_id) for g in gpus) or 'none'
+            raise ValueError('gpus: %r matches no GPU on this host; GPUs here: %s' % (value, existing))
+        if by_key[key] not in selected:
+            selected.append(by_key[key])
+    return sorted(selected)
+
+
+def _holdings(proc, minor_to_index, nvml_gpus):
+    """Per GPU index, which evidence shows this process holding it."""
+    evidence = {}
+    for index in nvml_gpus:
+        evidence.setdefault(index, set()).add('nvml')
+    for kind, paths in (('fd', proc.dev_fds), ('mmap', proc.dev_maps)):
+        for path in paths:
+            minor = per_gpu_minor(path)
+            if minor is not None and minor in minor_to_index:
+                evidence.setdefault(minor_to_index[minor], set()).add(kind)
+    return evidence
+
+
+def classify(snapshot, protect_patterns, own_tree, units=None):
+    """Turn a snapshot into (holders, clients, unconfirmed).
+
+    holders: processes holding a particular GPU (context or handle).
+    clients: processes with only shared nodes (nvidiactl, nvidia-uvm) open: monitors, NVML users.
+    unconfirmed: NVML-listed PIDs that resolve here to a process holding no NVIDIA device, i.e.
+    a PID from another namespace or a reused one. They are never acted on.
+    """
+    units = units or {}
+    minor_to_index = dict((gpu.minor, gpu.index) for gpu in snapshot.gpus)
+    nvml_mem = {}
+    for gpu in snapshot.gpus:
+        for pid, mib in gpu.processes:
+            nvml_mem.setdefault(pid, {})[gpu.index] = mib
+    holders, clients, unconfirmed = [], [], []
+    for pid in sorted(snapshot.procs):
+        proc = snapshot.procs[pid]
+        if pid == snapshot.own_pid or proc.ppid == snapshot.own_pid:
+            continue  # this module and the helpers it runs (nvidia-smi, systemctl) hold no GPU
+        listed = nvml_mem.get(pid, {})
+        touches_device = bool(proc.dev_fds or proc.dev_maps)
+        if listed and not touches_device and proc.state != 'zombie':
+            unconfirmed.append({'pid': pid, 'name': proc.name, 'gpus': sorted(listed)})
+            continue
+        evidence = _holdings(proc, minor_to_index, listed)
+        if not evidence:
+            if touches_device:
+                clients.append(_describe(proc, snapshot, [], {}, set(), 'client', protect_patterns,
+                                         own_tree, units, []))
+            continue
+        context_gpus = sorted(i for i, ev in evidence.items() if 'nvml' in ev or 'mmap' in ev)
+        kind = 'context' if context_gpus else 'handle'
+        all_evidence = set()
+        for ev in evidence.values():
+            all_evidence |= ev
+        holders.append(_describe(proc, snapshot, sorted(evidence), listed, all_evidence, kind,
+                                 protect_patterns, own_tree, units, context_gpus))
+    return holders, clients, unconfirmed
+
+
+def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus):
+    reason = protection_reason(proc, own_tree, patterns)
+    unit = unit_from_cgroup(proc.cgroup)
+    restart, active = units.get(unit, (None, None)) if unit else (None, None)
+    other_ns = bool(snapshot.own_pidns and proc.pidns and proc.pidns != snapshot.own_pidns)
+    parent = snapshot.procs.get(proc.ppid)
+    return {
+        'pid': proc.pid,
+        'start_time': proc.start_time,
+        'name': proc.name,
+        'cmdline': proc.cmdline,
+        'user': proc.user,
+        'state': proc.state,
+        'wchan': proc.wchan,
+        'ppid': proc.ppid,
+        'parent_name': parent.name if parent else None,
+        'unit': unit,
+        'unit_restart': restart,
+        'unit_active': active,
+        'gpus': gpus,
+        'context_gpus': context_gpus,
+        'gpu_memory_mib': dict((str(i), m) for i, m in sorted(listed.items())) or None,
+        'evidence': sorted(evidence),
+        'kind': kind,
+        'other_pid_namespace': other_ns,
+        'protected': reason is not None,
+        'protected_reason': reason,
+    }
+
+
+def unit_from_cgroup(text):
+    """The systemd unit (service or scope) owning a process, from /proc/PID/cgroup text."""
+    path = None
+    for line in (text or '').splitlines():
+        parts = line.split(':', 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == '0' and parts[1] == '':
+            path = parts[2]
+            break
+        if parts[1] == 'name=systemd':
+            path = parts[2]
+    if not path:
+        return None
+    for component in reversed(path.split('/')):
+        if component.endswith(('.service', '.scope')):
+            return component
+    return None
+
+
+def gpu_table(snapshot, holders, selected, free_threshold_mib):
+    """The per-GPU rows of the result, for the selected GPUs."""
+    rows = []
+    for gpu in snapshot.gpus:
+        if gpu.index not in selected:
+            continue
+        on_gpu = [h for h in holders if gpu.index in h['gpus']]
+        contexts = [h for h in on_gpu if gpu.index in h['context_gpus']]
+        rows.append({
+            'index': gpu.index,
+            'uuid': gpu.uuid,
+            'name': gpu.name,
+            'pci_bus_id': gpu.pci_bus_id,
+            'minor_number': gpu.minor,
+            'memory_total_mib': gpu.total_mib,
+            'memory_used_mib': gpu.used_mib,
+            'memory_reserved_mib': gpu.reserved_mib,
+            'persistence_mode': gpu.persistence_mode,
+            'holders': [h['pid'] for h in on_gpu],
+            'free': gpu.used_mib <= free_threshold_mib and not contexts,
+        })
+    return rows
+
+
+def _who(holder):
+    return 'PID %d (%s)' % (holder['pid'], holder['name'])
+
+
+def diagnose(snapshot, holders, unconfirmed, rows):
+    """Plain sentences for everything an operator could not see in a process list."""
+    sentences = []
+    selected = set(row['index'] for row in rows)
+    missing = set(snapshot.nvml_missing_pids)
+    for gpu in snapshot.gpus:
+        if gpu.index not in selected:
+            continue
+        row = [r for r in rows if r['index'] == gpu.index][0]
+        contexts = [h for h in holders if gpu.index in h['context_gpus']]
+        zombies = set(h['pid'] for h in holders if h['state'] == 'zombie')
+        gone = [(pid, mib) for pid, mib in gpu.processes if pid in missing or pid in zombies]
+        impossible = [(pid, mib) for pid, mib in gone if pid <= 0 or pid > PID_MAX_LIMIT]
+        unresolved = [(pid, mib) for pid, mib in gone if (pid, mib) not in impossible]
+        for pid, mib in impossible:
+            sentences.append('GPU %d: NVML reports impossible PID %d (%s MiB): the nvidia-ml-py '
+                             'bindings do not match the driver; such a PID is never signalled.'
+                             % (gpu.index, pid, mib))
+        inheritors = [h for h in contexts if 'nvml' not in h['evidence']]
+        for pid, mib in unresolved:
+            if inheritors:
+                sentences.append(
+                    'GPU %d: NVML charges %s MiB to PID %d, which has exited; %s still '
+                    'map%s the device (inherited from it), so the memory stays until %s.'
+                    % (gpu.index, mib, pid, ', '.join(_who(h) for h in inheritors),
+                       's' if len(inheritors) == 1 else '',
+                       'that process exits' if len(inheritors) == 1 else 'they exit'))
+            else:
+                sentences.append(
+                    'GPU %d: NVML lists PID %d (%s MiB) but no such process exists in this PID '
+                    'namespace: it runs in another namespace (a container or its host) and must be '
+                    'stopped from there, or it died with a context still pinned (reset or reboot).'
+                    % (gpu.index, pid, mib))
+        if not row['free'] and not contexts and not gone and gpu.used_mib > 0:
+            sentences.append(
+                'GPU %d: %d MiB used with no process visible here: either processes in another PID '
+                'namespace hold it (run this on the host that owns them, e.g. the node around this '
+                'container) or a context leaked in the driver (reset the GPU or reboot).'
+                % (gpu.index, gpu.used_mib))
+    for entry in unconfirmed:
+        sentences.append(
+            'NVML lists PID %d on GPU %s, but PID %d here (%s) holds no NVIDIA device: the PID comes '
+            'from another PID namespace or was reused; it is not treated as a holder.'
+            % (entry['pid'], ','.join(str(i) for i in entry['gpus']), entry['pid'], entry['name']))
+    for holder in holders:
+        if not set(holder['gpus']) & selected:
+            continue
+        if holder['state'] == 'disk-sleep':
+            sentences.append(
+                '%s is in uninterruptible sleep (D%s): signals take effect only when the kernel '
+                'call returns; if it stays, the GPU needs a reset or the host a reboot.'
+                % (_who(holder), ', wchan %s' % holder['wchan'] if holder['wchan'] else ''))
+        elif holder['state'] == 'zombie' and not any(
+                'nvml' not in h['evidence'] and set(h['context_gpus']) & set(holder['gpus'])
+                for h in holders):
+            sentences.append(
+                '%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; '
+                'stop or restart that parent.'
+                % (_who(holder), holder['ppid'], holder['parent_name'] or 'unknown'))
+        if holder['unit'] and holder['unit_restart'] not in (None, 'no'):
+            sentences.append(
+                '%s belongs to %s with Restart=%s: killing it brings it back; stop the unit '
+                '(stop_units: true).' % (_who(holder), holder['unit'], holder['unit_restart']))
+        if holder['other_pid_namespace'] and not holder['protected']:
+            sentences.append('%s runs in another PID namespace (a container) than this module.'
+                             % _who(holder))
+    if snapshot.unreadable:
+        pids = sorted(set(pid for pid, _, _ in snapshot.unreadable))
+        sentences.append('Could not read the fds or maps of %d process(es) (%s): run as root to see '
+                         'every holder.' % (len(pids), ', '.join(str(p) for p in pids[:10])))
+    return sentences
+
+
+def holder_matches(holder, match_patterns):
+    if not match_patterns:
+        return True
+    return any(p.search(holder['name']) or p.search(holder['cmdline']) for p in match_patterns)
+
+
+def plan_targets(holders, selected, match_patterns, include_handles):
+    """Split the holders of the selected GPUs into (targets, left) with a reason for each left.
+
+    Contexts are the targets; handle-only holders join only when `include_handles` (a GPU
+    still held after every context is gone may be pinned by an inherited handle, and a reset
+    needs the device unused).
+    """
+    selected = set(selected)
+    targets, left = [], []
+    for holder in holders:
+        gpus = set(holder['context_gpus']) | (set(holder['gpus']) if include_handles else set())
+        if not gpus & selected:
+            continue
+        reason = skip_reason(holder, match_patterns)
+        if reason:
+            left.append(dict(holder, reason=reason))
+        else:
+            targets.append(holder)
+    return targets, left
+
+
+def skip_reason(holder, match_patterns):
+    if holder['pid'] <= 1:
+        return 'PID %d is never signalled' % holder['pid']
+    if holder['protected']:
+        return 'protected: %s' % holder['protected_reason']
+    if holder['state'] == 'zombie':
+        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], holder['parent_name'])
+    if not holder_matches(holder, match_patterns):
+        return 'does not match the match filter'
+    return None
+
+
+def units_to_stop(targets, protected_units):
+    """Service units that own targets and may be stopped, in first-seen order."""
+    units = []
+    for holder in targets:
+        unit = holder['unit']
+        if not unit or not unit.endswith('.service') or unit in units:
+            continue
+        if unit in protected_units or PROTECTED_UNIT_PATTERN.match(unit):
+            continue
+        units.append(unit)
+    return units
+
+
+def next_lever(holder):
+    """What a person can do about a holder the ladder could not remove."""
+    if holder.get('protected'):
+        return ('it is protected (%s): stop it deliberately, outside this module, if it really '
+                'must go' % holder['protected_reason'])
+    if holder['state'] == 'disk-sleep':
+        return ('it is in uninterruptible sleep%s and ignores SIGKILL: reset the GPU '
+                '(allow_reset: true) or reboot the host'
+                % (' in %s' % holder['wchan'] if holder.get('wchan') else ''))
+    if holder['state'] == 'zombie':
+        return 'stop or restart its parent PID %s (%s), which must reap it' % (
+            holder['ppid'], holder.get('parent_name') or 'unknown')
+    if holder.get('reason') == 'does not match the match filter':
+        return 'it does not match `match`: widen the filter or stop it yourself'
+    if holder['unit'] and holder.get('unit_restart') not in (None, 'no'):
+        return 'its unit %s restarts it (Restart=%s): use stop_units: true or `systemctl stop %s`' % (
+            holder['unit'], holder['unit_restart'], holder['unit'])
+    return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
+
+
+def failure_message(rows, remaining, elapsed_s, allow_reset):
+    """One actionable sentence per GPU that is still not free."""
+    parts = []
+    for row in rows:
+        if row['free']:
+            continue
+        on_gpu = [h for h in remaining if row['index'] in h['gpus']]
+        if on_gpu:
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], h['name'], h['state'], next_lever(h))
+                            for h in on_gpu)
+        elif allow_reset:
+            who = ('no process visible here and the reset did not free it: reboot the host, or if '
+                   'this is a container, free it from the host that owns the GPU')
+        else:
+            who = ('no process visible here: a leaked context or a holder in another PID namespace; '
+                   'reset or reboot (allow_reset: true resets the GPU), or, if this is a container, '
+                   'free it from the host that owns the GPU')
+        parts.append('GPU %d (%s) still holds %d MiB after %.1f s: %s.'
+                     % (row['index'], row['uuid'], row['memory_used_mib'], elapsed_s, who))
+    return ' '.join(parts)

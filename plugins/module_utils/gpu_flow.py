@@ -1,0 +1,293 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The two flows the modules run: survey (observe + decide) and reclaim (the escalation ladder).
+
+observe -> decide -> act -> verify -> report, one way. The ladder never sleeps a guessed time:
+each wait polls the kernel or the driver and ends as soon as the answer is known.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import signal
+import time
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+
+
+class Survey(object):
+    """One observation, classified, for the selected GPUs."""
+
+    def __init__(self, snapshot, selected, holders, clients, unconfirmed, rows, diagnosis):
+        self.snapshot = snapshot
+        self.selected = selected
+        self.holders = holders
+        self.clients = clients
+        self.unconfirmed = unconfirmed
+        self.rows = rows
+        self.diagnosis = diagnosis
+
+    @property
+    def free(self):
+        return all(row['free'] for row in self.rows)
+
+    def holders_of_selected(self):
+        chosen = set(self.selected)
+        return [h for h in self.holders if set(h['gpus']) & chosen]
+
+
+class Surveyor(object):
+    """Takes surveys with fixed options; remembers what stays the same between them."""
+
+    def __init__(self, gpus=None, nvml_timeout=10.0, protect=None, free_threshold_mib=128,
+                 dev_dir='/dev', proc='/proc', backend=None):
+        self.requested = gpus or []
+        self.nvml_timeout = nvml_timeout
+        self.protect = decide.compile_patterns(protect, 'protect')
+        self.free_threshold_mib = free_threshold_mib
+        self.dev_dir = dev_dir
+        self.proc = proc
+        self.backend = backend or observe.backend_name()
+        self.own_ancestors = set(observe.ancestors(observe.os.getpid(), proc))
+        self._unit_cache = {}
+
+    def protected_units(self):
+        """Units holding this module's ancestors: stopping them would cut the caller off."""
+        units = set()
+        for pid in self.own_ancestors:
+            info = observe.describe_process(pid, self.proc)
+            unit = decide.unit_from_cgroup(info.cgroup) if info else None
+            if unit:
+                units.add(unit)
+        return units
+
+    def survey(self, deep=False):
+        snapshot = observe.take_snapshot(self.nvml_timeout, dev_dir=self.dev_dir, proc=self.proc,
+                                         deep=deep, backend=self.backend)
+        selected = decide.resolve_gpus(self.requested, snapshot.gpus)
+        own_tree = self.own_ancestors | set(
+            pid for pid, p in snapshot.procs.items() if p.ppid == snapshot.own_pid)
+        units = self._units_of(snapshot)
+        holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units)
+        for holder in holders:
+            if holder['parent_name'] is None and holder['ppid']:
+                parent = observe.describe_process(holder['ppid'], self.proc)
+                holder['parent_name'] = parent.name if parent else None
+        rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib)
+        if not deep and any(not r['free'] for r in rows) and not any(
+                set(h['context_gpus']) & set(r['index'] for r in rows if not r['free'])
+                for h in holders):
+            # Memory is held and no context explains it: a process may have closed its fds
+            # but kept its mappings. Read every process's maps before calling it invisible.
+            return self.survey(deep=True)
+        diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows)
+        return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis)
+
+    def _units_of(self, snapshot):
+        units = {}
+        for proc in snapshot.procs.values():
+            unit = decide.unit_from_cgroup(proc.cgroup)
+            if not unit or not unit.endswith('.service'):
+                continue
+            if unit not in self._unit_cache:
+                self._unit_cache[unit] = observe.unit_restart_policy(unit)
+            units[unit] = self._unit_cache[unit]
+        return units
+
+    def memory_back(self, selected):
+        """Cheap check used while waiting: NVML memory only, no /proc scan."""
+        gpus = observe.read_gpus(self.nvml_timeout, backend=self.backend)
+        return all(g.used_mib <= self.free_threshold_mib for g in gpus if g.index in selected)
+
+
+def survey_result(survey):
+    """The result keys gpu_holders returns."""
+    return {
+        'gpus': survey.rows,
+        'holders': survey.holders_of_selected(),
+        'clients': survey.clients,
+        'free': survey.free,
+        'diagnosis': survey.diagnosis,
+        'backend': survey.snapshot.backend,
+    }
+
+
+class Ladder(object):
+    """stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset."""
+
+    def __init__(self, surveyor, term_timeout=30.0, release_timeout=60.0, passes=3, stop_units=True,
+                 match=None, force=False, allow_reset=False, check_mode=False,
+                 clock=time.monotonic):
+        self.surveyor = surveyor
+        self.term_timeout = term_timeout
+        self.release_timeout = release_timeout
+        self.passes = passes
+        self.stop_units = stop_units
+        self.match = decide.compile_patterns(match, 'match')
+        self.force = force
+        self.allow_reset = allow_reset
+        self.check_mode = check_mode
+        self.clock = clock
+        self.started = None
+        self.actions = []
+        self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
+        self.unreachable = {}     # (pid, start_time) -> holder that survived SIGKILL
+
+    def _record(self, step, result, **what):
+        entry = {'at_s': round(self.clock() - self.started, 3), 'step': step, 'result': result}
+        entry.update(what)
+        self.actions.append(entry)
+        return entry
+
+    # --- the ladder -------------------------------------------------------------------------
+
+    def run(self):
+        self.started = self.clock()
+        first = self.surveyor.survey()
+        if first.free:
+            return self._result(first, first)
+        if self.check_mode:
+            self._plan(first)
+            return self._result(first, first)
+        protected_units = self.surveyor.protected_units()
+        current = first
+        for attempt in range(self.passes + 1):
+            include_handles = attempt > 0 and self._only_handles_left(current)
+            targets, _ = decide.plan_targets(current.holders, current.selected, self.match,
+                                             include_handles)
+            targets = [t for t in targets if (t['pid'], t['start_time']) not in self.killed]
+            if not targets:
+                break
+            if attempt > 0:
+                self._record('rescan', 'found %d holder(s) left or new' % len(targets),
+                             pids=[t['pid'] for t in targets])
+            self._escalate(targets, protected_units)
+            current = self.surveyor.survey()
+            if current.free:
+                break
+        if not current.free:
+            current = self._wait_release(current)
+        if not current.free and self.allow_reset:
+            current = self._reset(current)
+        return self._result(first, current)
+
+    def _only_handles_left(self, survey):
+        """A GPU still not free with no context left: inherited handles may pin it."""
+        for row in survey.rows:
+            if row['free']:
+                continue
+            if not any(row['index'] in h['context_gpus'] and not h['protected']
+                       for h in survey.holders):
+                return True
+        return False
+
+    def _escalate(self, targets, protected_units):
+        if self.stop_units:
+            units = decide.units_to_stop(targets, protected_units)
+            for unit in units:
+                self._record('stop_unit', act.stop_unit(unit, 0 if self.force else self.term_timeout,
+                                                        clock=self.clock), unit=unit)
+            if units:
+                targets = self._alive(targets)
+        if not self.force:
+            for holder in targets:
+                self._signal(holder, signal.SIGTERM, 'sigterm')
+            self._wait_gone(targets, self.term_timeout)
+            targets = self._alive(targets)
+        for holder in targets:
+            self._signal(holder, signal.SIGKILL, 'sigkill')
+            self.killed.add((holder['pid'], holder['start_time']))
+        # SIGKILL is final for every process that is not stuck in the kernel; bound the wait
+        # so a D-state process is reported, not waited on forever.
+        self._wait_gone(targets, max(self.term_timeout, 1.0))
+        for holder in self._alive(targets):
+            self.unreachable[(holder['pid'], holder['start_time'])] = holder
+            self._record('unreachable', 'alive after SIGKILL (state %s)'
+                         % (observe.read_identity(holder['pid']) or (None, 'gone'))[1],
+                         pid=holder['pid'], name=holder['name'])
+
+    def _signal(self, holder, signum, step):
+        result = act.send_signal(holder['pid'], holder['start_time'], signum,
+                                 never=self.surveyor.own_ancestors)
+        self._record(step, result, pid=holder['pid'], name=holder['name'], gpus=holder['gpus'])
+
+    @staticmethod
+    def _alive(targets):
+        return [h for h in targets if act.is_alive(h['pid'], h['start_time'])]
+
+    def _wait_gone(self, targets, timeout):
+        if targets:
+            act.wait_for(lambda: not self._alive(targets), timeout, clock=self.clock)
+
+    def _wait_release(self, survey):
+        selected = survey.selected
+        back, waited = act.wait_for(lambda: self.surveyor.memory_back(selected),
+                                    self.release_timeout, clock=self.clock)
+        self._record('wait_release', 'memory back' if back else
+                     'memory still held after %.1f s' % waited, gpus=selected, waited_s=round(waited, 3))
+        return self.surveyor.survey()
+
+    def _reset(self, survey):
+        for row in survey.rows:
+            if row['free']:
+                continue
+            users = [h for h in survey.holders if row['index'] in h['gpus']]
+            if users:
+                self._record('reset', 'skipped: PIDs %s still use the device'
+                             % ', '.join(str(h['pid']) for h in users), gpu=row['index'])
+                continue
+            ok, steps = act.reset_gpu(row['index'], row['persistence_mode'], self.surveyor.nvml_timeout)
+            for what, rc, out in steps:
+                self._record(what, 'ok' if rc == 0 else 'failed (rc=%d): %s' % (rc, out), gpu=row['index'])
+        if any(a['step'] == 'reset' and a['result'] == 'ok' for a in self.actions):
+            return self._wait_release(survey)
+        return survey
+
+    def _plan(self, survey):
+        """Check mode: what the ladder would do, from one observation, sending nothing."""
+        targets, _ = decide.plan_targets(survey.holders, survey.selected, self.match, False)
+        if self.stop_units:
+            for unit in decide.units_to_stop(targets, self.surveyor.protected_units()):
+                self._record('stop_unit', 'planned', unit=unit)
+        for holder in targets:
+            if not self.force:
+                self._record('sigterm', 'planned', pid=holder['pid'], name=holder['name'],
+                             gpus=holder['gpus'])
+            self._record('sigkill', 'planned (if still alive)' if not self.force else 'planned',
+                         pid=holder['pid'], name=holder['name'], gpus=holder['gpus'])
+        if self.allow_reset:
+            for row in survey.rows:
+                if not row['free'] and not row['holders']:
+                    self._record('reset', 'planned', gpu=row['index'])
+
+    # --- the report -------------------------------------------------------------------------
+
+    def _result(self, first, last):
+        elapsed = round(self.clock() - self.started, 3)
+        remaining = []
+        if not last.free:
+            targets, left = decide.plan_targets(last.holders, last.selected, self.match, True)
+            remaining = left + [dict(t, reason='survived the ladder') for t in targets]
+        changed_results = ('sent', 'stopped', 'ok')
+        changed = any(a['result'] in changed_results or a['result'].startswith('stopping')
+                      for a in self.actions)
+        if self.check_mode:
+            changed = any(a['result'].startswith('planned') for a in self.actions)
+        result = {
+            'changed': changed,
+            'actions': self.actions,
+            'before': first.rows,
+            'after': last.rows,
+            'elapsed_s': elapsed,
+            'free': last.free,
+            'remaining': remaining,
+            'diagnosis': last.diagnosis,
+            'backend': last.snapshot.backend,
+        }
+        if not last.free and not self.check_mode:
+            result['msg'] = decide.failure_message(last.rows, remaining, elapsed, self.allow_reset)
+        return result

@@ -1,0 +1,214 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_holders
+short_description: Find every process holding each NVIDIA GPU, by the resource, not by name
+version_added: "0.1.0"
+description:
+  - Reads NVML (through nvidia-ml-py) for each GPU's memory and the contexts the driver lists,
+    and C(/proc) for every process that has a per-GPU device node (C(/dev/nvidia<minor>)) open
+    or mapped, and merges them per process.
+  - A process is a C(context) holder when NVML lists it on a GPU or it maps that GPU's device
+    node, and a C(handle) holder when it only has the device node open. Processes that only have
+    shared nodes (C(/dev/nvidiactl), C(/dev/nvidia-uvm)) open, such as monitoring tools, are
+    returned apart as RV(clients).
+  - Device nodes are mapped to GPU indices through NVML's minor numbers, never by assuming
+    that C(/dev/nvidiaN) is GPU N.
+  - Marks processes that must never be signalled (PID 1, kernel threads, this module and the
+    session that runs it, GPU and cluster infrastructure such as nvidia-persistenced,
+    nv-hostengine, dcgm-exporter, nv-fabricmanager, Xorg, MPS, slurmstepd, orted, plus
+    O(protect)).
+  - Explains in RV(diagnosis) what a process list cannot show, such as memory held by no visible
+    process, NVML PIDs that do not exist here, D-state holders, zombies, and holders whose
+    systemd unit would restart them.
+  - Read-only; never changes the host.
+author:
+  - gpuops.reclaim contributors
+requirements:
+  - nvidia-ml-py (python module C(pynvml)) on the managed host; without it the module falls
+    back to C(nvidia-smi) and says so in RV(backend).
+  - Linux with C(/proc); run as root to see every process's file descriptors.
+attributes:
+  check_mode:
+    support: full
+    description: Check mode returns the same result as a normal run.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is no diff.
+  platform:
+    platforms: posix
+    support: full
+    description: Linux hosts with an NVIDIA driver.
+options:
+  gpus:
+    description:
+      - GPUs to report, each a NVML index (C("0")), a UUID (C("GPU-...")) or a PCI bus id
+        (C("00000000:3B:00.0")).
+      - Empty means every GPU of the host.
+      - An unknown value fails, naming it and the GPUs that exist.
+    type: list
+    elements: str
+    default: []
+  nvml_timeout:
+    description:
+      - Seconds each query of the driver may take. A hung driver fails the task with a clear
+        message instead of hanging the play.
+    type: float
+    default: 10.0
+  protect:
+    description:
+      - Extra regular expressions; a process whose name or command line matches one is
+        marked protected (in addition to the built-in infrastructure list).
+    type: list
+    elements: str
+    default: []
+  free_threshold_mib:
+    description:
+      - A GPU counts as free when no process holds a context on it and its used memory
+        (excluding the driver's reserved memory) is at most this many MiB.
+    type: int
+    default: 128
+seealso:
+  - module: gpuops.reclaim.gpu_reclaim
+notes:
+  - Inside a container NVML may list host PIDs or none at all; such PIDs are never treated as
+    local processes and are explained in RV(diagnosis).
+"""
+
+EXAMPLES = r"""
+- name: Who holds GPU 2?
+  gpuops.reclaim.gpu_holders:
+    gpus: ["2"]
+  register: gpu2
+
+- name: Show the holders that may be killed
+  ansible.builtin.debug:
+    msg: "{{ gpu2.holders | rejectattr('protected') | map(attribute='pid') | list }}"
+
+- name: Fail early when any GPU is held (a drift check)
+  gpuops.reclaim.gpu_holders:
+  register: all_gpus
+  failed_when: not all_gpus.free
+
+- name: Treat our own exporter as infrastructure
+  gpuops.reclaim.gpu_holders:
+    protect: ["^my-gpu-exporter$"]
+"""
+
+RETURN = r"""
+gpus:
+  description: One entry per selected GPU.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    index: {description: NVML index., type: int, returned: success}
+    uuid: {description: GPU UUID., type: str, returned: success}
+    name: {description: Product name., type: str, returned: success}
+    pci_bus_id: {description: PCI bus id., type: str, returned: success}
+    minor_number: {description: Minor number of the GPU's device node /dev/nvidia<minor>., type: int, returned: success}
+    memory_total_mib: {description: Total memory in MiB., type: int, returned: success}
+    memory_used_mib: {description: Used memory in MiB, excluding reserved (what nvidia-smi shows)., type: int, returned: success}
+    memory_reserved_mib: {description: Memory the driver reserves for itself, in MiB., type: int, returned: success}
+    persistence_mode: {description: Whether persistence mode is on, or null when unknown., type: bool, returned: success}
+    holders: {description: PIDs holding this GPU (contexts and handles)., type: list, elements: int, returned: success}
+    free: {description: No context on it and used memory within O(free_threshold_mib)., type: bool, returned: success}
+  sample:
+    - {index: 2, uuid: GPU-5d1c..., name: NVIDIA H200, pci_bus_id: "00000000:3B:00.0", minor_number: 2,
+       memory_total_mib: 143771, memory_used_mib: 76107, memory_reserved_mib: 615, persistence_mode: true,
+       holders: [194909], free: false}
+holders:
+  description: One entry per process holding a selected GPU.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    pid: {description: Process id in this PID namespace., type: int, returned: success}
+    start_time: {description: Start time in clock ticks after boot; with pid the process identity., type: int, returned: success}
+    name: {description: Process name (comm)., type: str, returned: success}
+    cmdline: {description: Command line., type: str, returned: success}
+    user: {description: Owner., type: str, returned: success}
+    state: {description: "running, sleeping, disk-sleep, zombie, stopped, ...", type: str, returned: success}
+    wchan: {description: Kernel function a disk-sleep process waits in, else null., type: str, returned: success}
+    ppid: {description: Parent PID., type: int, returned: success}
+    parent_name: {description: Parent's name when known (the process that must reap a zombie)., type: str, returned: success}
+    unit: {description: systemd unit owning it (from /proc/PID/cgroup), or null., type: str, returned: success}
+    unit_restart: {description: The unit's Restart= setting, or null., type: str, returned: success}
+    unit_active: {description: The unit's ActiveState, or null., type: str, returned: success}
+    gpus: {description: Indices of the GPUs it holds (context or handle)., type: list, elements: int, returned: success}
+    context_gpus: {description: Indices of the GPUs where it holds a context., type: list, elements: int, returned: success}
+    gpu_memory_mib: {description: MiB per GPU index as NVML charges it, or null when NVML does not list it., type: dict, returned: success}
+    evidence: {description: "Subset of nvml, fd, mmap.", type: list, elements: str, returned: success}
+    kind: {description: "context (NVML lists it or it maps a per-GPU node) or handle (fds only).", type: str, returned: success}
+    other_pid_namespace: {description: It runs in another PID namespace than this module (a container)., type: bool, returned: success}
+    protected: {description: Never signalled by this collection., type: bool, returned: success}
+    protected_reason: {description: Why it is protected, or null., type: str, returned: success}
+clients:
+  description: Processes with only shared NVIDIA nodes open (monitors, NVML users); same keys as RV(holders).
+  returned: success
+  type: list
+  elements: dict
+free:
+  description: Every selected GPU is free.
+  returned: success
+  type: bool
+diagnosis:
+  description: Plain sentences about what the process list alone cannot explain.
+  returned: success
+  type: list
+  elements: str
+  sample:
+    - "GPU 3: 92134 MiB used with no process visible here: either processes in another PID namespace hold it
+      (run this on the host that owns them, e.g. the node around this container) or a context leaked in the
+      driver (reset the GPU or reboot)."
+backend:
+  description: "Where GPU facts came from: nvml or nvidia-smi."
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Surveyor, survey_result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpus=dict(type='list', elements='str', default=[]),
+            nvml_timeout=dict(type='float', default=10.0),
+            protect=dict(type='list', elements='str', default=[]),
+            free_threshold_mib=dict(type='int', default=128),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params['nvml_timeout'] <= 0:
+        module.fail_json(msg='nvml_timeout must be greater than 0, got %s' % params['nvml_timeout'])
+    if params['free_threshold_mib'] < 0:
+        module.fail_json(msg='free_threshold_mib must be 0 or more, got %s' % params['free_threshold_mib'])
+    if observe.backend_name() is None:
+        module.fail_json(msg=missing_required_lib('nvidia-ml-py') + ' (nvidia-smi is not on PATH either)',
+                         exception=str(observe.PYNVML_IMPORT_ERROR))
+    try:
+        surveyor = Surveyor(gpus=params['gpus'], nvml_timeout=params['nvml_timeout'],
+                            protect=params['protect'], free_threshold_mib=params['free_threshold_mib'])
+        result = survey_result(surveyor.survey())
+    except (ValueError, observe.ObserveError) as exc:
+        module.fail_json(msg=str(exc))
+    if result['backend'] != 'nvml':
+        module.warn('nvidia-ml-py is not installed on this host; read the GPUs through nvidia-smi.')
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == '__main__':
+    main()

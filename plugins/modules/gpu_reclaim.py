@@ -1,0 +1,255 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_reclaim
+short_description: Free NVIDIA GPUs by escalating from unit stop to SIGKILL, and prove the memory is back
+version_added: "0.1.0"
+description:
+  - Finds the holders of the selected GPUs exactly as M(gpuops.reclaim.gpu_holders) does, then
+    escalates on them only
+  - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
+    bring it back;
+  - 2. sends SIGTERM and waits up to O(term_timeout), returning as soon as they are gone;
+  - 3. sends SIGKILL to the survivors;
+  - 4. rescans up to O(passes) times for holders that appeared or were left (forked children,
+    respawns, inherited handles that still pin memory) and treats them the same;
+  - 5. polls NVML until the used memory is back within O(free_threshold_mib) or
+    O(release_timeout) runs out, with no fixed sleeps;
+  - 6. with O(allow_reset), resets a GPU that is still held with no process left on it
+    (persistence mode off for the reset and restored), and verifies again.
+  - Before every signal the PID is re-identified by its start time (through a pidfd where the
+    kernel has them); a PID reused since detection is never signalled. PID 0, 1, negative
+    PIDs, this module's own process tree and protected processes are never signalled.
+  - Fails, when a selected GPU is not free at the end, with a message naming the GPU, the MiB
+    still used, each PID left with its state, and the next lever (reset, reboot, the host
+    outside this container).
+author:
+  - gpuops.reclaim contributors
+requirements:
+  - nvidia-ml-py (python module C(pynvml)) on the managed host, or C(nvidia-smi).
+  - root, to signal other users' processes and to stop units.
+attributes:
+  check_mode:
+    support: full
+    description: Returns the plan in RV(actions) (results C(planned)) and sends nothing.
+  diff_mode:
+    support: none
+    description: The change is a set of stopped processes, reported in RV(actions).
+  platform:
+    platforms: posix
+    support: full
+    description: Linux hosts with an NVIDIA driver.
+options:
+  gpus:
+    description:
+      - GPUs to free, each a NVML index, a UUID or a PCI bus id. Empty means every GPU.
+      - Processes that hold only other GPUs are never touched.
+    type: list
+    elements: str
+    default: []
+  term_timeout:
+    description:
+      - Seconds to wait after a unit stop or SIGTERM before SIGKILL (the grace period).
+    type: float
+    default: 30.0
+  release_timeout:
+    description:
+      - Seconds to wait, polling NVML, for the memory to come back once the holders are gone.
+    type: float
+    default: 60.0
+  passes:
+    description:
+      - How many rescans look for holders that appeared or were left after the first round.
+    type: int
+    default: 3
+  stop_units:
+    description:
+      - Stop the systemd service unit that owns a holder instead of fighting its C(Restart=).
+      - Units of this module's own session and infrastructure units (ssh, dbus, dcgm, ...)
+        are never stopped.
+    type: bool
+    default: true
+  protect:
+    description:
+      - Extra regular expressions; matching processes (name or command line) are never signalled.
+    type: list
+    elements: str
+    default: []
+  match:
+    description:
+      - Regular expressions; when given, only holders whose name or command line matches one
+        are signalled. The others are reported in RV(remaining).
+    type: list
+    elements: str
+    default: []
+  force:
+    description:
+      - Skip the grace of steps 1 and 2, SIGKILL at once (the "use all levers" case).
+    type: bool
+    default: false
+  allow_reset:
+    description:
+      - As the last resort, C(nvidia-smi --gpu-reset) a GPU that is still held with no process
+        left on it (a leaked context).
+    type: bool
+    default: false
+  free_threshold_mib:
+    description:
+      - A GPU counts as free when no context is left on it and its used memory (excluding the
+        driver's reserved memory) is at most this many MiB.
+    type: int
+    default: 128
+  nvml_timeout:
+    description:
+      - Seconds each query of the driver may take; a hung driver fails the task before any
+        signal is sent.
+    type: float
+    default: 10.0
+seealso:
+  - module: gpuops.reclaim.gpu_holders
+notes:
+  - In check mode the plan comes from one observation; holders that a real run would find on
+    rescan (respawns, forks) cannot be known in advance.
+"""
+
+EXAMPLES = r"""
+- name: Free GPU 2 after a crashed tensor-parallel server left an orphan on it
+  gpuops.reclaim.gpu_reclaim:
+    gpus: ["2"]
+
+- name: Use all levers on every GPU, including a reset of leaked memory
+  gpuops.reclaim.gpu_reclaim:
+    force: true
+    allow_reset: true
+
+- name: Only touch SGLang processes; keep the notebook kernel
+  gpuops.reclaim.gpu_reclaim:
+    match: ["sglang", "launch_server"]
+    protect: ["jupyter"]
+    term_timeout: 20
+
+- name: What would it do?
+  gpuops.reclaim.gpu_reclaim:
+  check_mode: true
+  register: plan
+"""
+
+RETURN = r"""
+changed:
+  description: True when a unit was stopped, a signal was sent or a GPU was reset (in check mode, when something would be).
+  returned: always
+  type: bool
+actions:
+  description: What was done, in order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    at_s: {description: Seconds since the module started., type: float, returned: always}
+    step: {description: "stop_unit, sigterm, sigkill, rescan, unreachable, wait_release, persistence_off, reset, persistence_on.", type: str, returned: always}
+    pid: {description: The process, for signal steps., type: int, returned: when a process is concerned}
+    name: {description: Its name., type: str, returned: when a process is concerned}
+    unit: {description: The unit, for stop_unit., type: str, returned: when a unit is concerned}
+    gpu: {description: The GPU index, for reset steps., type: int, returned: when a GPU is concerned}
+    result: {description: "sent, gone (exited before), reused (PID now another process: not signalled), refused: ..., stopped, planned, ok, failed ...", type: str, returned: always}
+  sample:
+    - {at_s: 0.012, step: sigterm, pid: 194909, name: "sglang::schedul", result: sent}
+    - {at_s: 1.034, step: sigkill, pid: 194909, name: "sglang::schedul", result: sent}
+before:
+  description: The GPU table (as M(gpuops.reclaim.gpu_holders) returns in C(gpus)) before acting.
+  returned: always
+  type: list
+  elements: dict
+after:
+  description: The GPU table at the end.
+  returned: always
+  type: list
+  elements: dict
+elapsed_s:
+  description: Seconds from start to the final verification.
+  returned: always
+  type: float
+free:
+  description: Every selected GPU is free at the end.
+  returned: always
+  type: bool
+remaining:
+  description: Holders left on the selected GPUs, each with a C(reason).
+  returned: always
+  type: list
+  elements: dict
+diagnosis:
+  description: Plain sentences about the final state (see M(gpuops.reclaim.gpu_holders)).
+  returned: always
+  type: list
+  elements: str
+backend:
+  description: "Where GPU facts came from: nvml or nvidia-smi."
+  returned: always
+  type: str
+msg:
+  description: When not free, what is left and the next lever.
+  returned: failure
+  type: str
+  sample: "GPU 2 (GPU-5d1c...) still holds 76107 MiB after 12.4 s: PID 194909 (sglang::schedul) disk-sleep:
+    it is in uninterruptible sleep and ignores SIGKILL: reset the GPU (allow_reset: true) or reboot the host."
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Surveyor
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpus=dict(type='list', elements='str', default=[]),
+            term_timeout=dict(type='float', default=30.0),
+            release_timeout=dict(type='float', default=60.0),
+            passes=dict(type='int', default=3),
+            stop_units=dict(type='bool', default=True),
+            protect=dict(type='list', elements='str', default=[]),
+            match=dict(type='list', elements='str', default=[]),
+            force=dict(type='bool', default=False),
+            allow_reset=dict(type='bool', default=False),
+            free_threshold_mib=dict(type='int', default=128),
+            nvml_timeout=dict(type='float', default=10.0),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    for name in ('term_timeout', 'release_timeout'):
+        if params[name] < 0:
+            module.fail_json(msg='%s must be 0 or more, got %s' % (name, params[name]))
+    for name, low in (('nvml_timeout', 0), ('passes', -1), ('free_threshold_mib', -1)):
+        if params[name] <= low:
+            module.fail_json(msg='%s must be more than %s, got %s' % (name, low, params[name]))
+    if observe.backend_name() is None:
+        module.fail_json(msg=missing_required_lib('nvidia-ml-py') + ' (nvidia-smi is not on PATH either)',
+                         exception=str(observe.PYNVML_IMPORT_ERROR))
+    try:
+        surveyor = Surveyor(gpus=params['gpus'], nvml_timeout=params['nvml_timeout'],
+                            protect=params['protect'], free_threshold_mib=params['free_threshold_mib'])
+        ladder = Ladder(surveyor, term_timeout=params['term_timeout'],
+                        release_timeout=params['release_timeout'], passes=params['passes'],
+                        stop_units=params['stop_units'], match=params['match'], force=params['force'],
+                        allow_reset=params['allow_reset'], check_mode=module.check_mode)
+        result = ladder.run()
+    except (ValueError, observe.ObserveError) as exc:
+        module.fail_json(msg=str(exc))
+    if 'msg' in result:
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
