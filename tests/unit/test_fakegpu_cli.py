@@ -1,0 +1,84 @@
+"""Bad input to every `fakegpu` subcommand: a clear error naming the value, config unchanged."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakegpu"))
+from fakegpulib.testing import FakeGpuRoot, build_lib  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_lib():
+    build_lib()
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = FakeGpuRoot(tmp_path / "root")
+    r.setup("--gpus", "2")
+    yield r
+    r.cleanup()
+
+
+BAD = [
+    (["setup", "--gpus", "0"], "--gpus 0:"),
+    (["setup", "--gpus", "65"], "--gpus 65:"),
+    (["setup", "--gpus", "eight"], "'eight'"),
+    (["setup", "--memory-mib", "-5"], "--memory-mib -5:"),
+    (["setup", "--reserved-mib", "200000"], "--reserved-mib 200000:"),
+    (["setup", "--gpus", "2", "--minors", "0,0"], "--minors '0,0'"),
+    (["setup", "--gpus", "2", "--minors", "1,x"], "--minors '1,x'"),
+    (["setup", "--gpus", "2", "--minors", "0,1,2"], "--minors '0,1,2'"),
+    (["setup", "--name", ""], "--name ''"),
+    (["setup", "--release-lag-ms", "-1"], "--release-lag-ms -1:"),
+    (["hold", "--gpu", "7:100"], "GPU index 7 "),
+    (["hold", "--gpu", "0:-3"], "--gpu '0:-3'"),
+    (["hold", "--gpu", "zero"], "--gpu 'zero'"),
+    (["hold", "--gpu", "0:999999"], "asked 999999 MiB"),
+    (["hold", "--child", "1:abc"], "--child '1:abc'"),
+    (["hold", "--gpu", "0:1", "--title", ""], "--title ''"),
+    (["leak", "--gpu", "5", "--mib", "10"], "GPU index 5 "),
+    (["leak", "--gpu", "0", "--mib", "-1"], "--mib -1:"),
+    (["leak", "--gpu", "0", "--mib", "99999999"], "--mib 99999999:"),
+    (["leak", "--gpu", "0"], "--mib"),
+    (["lag", "--ms", "-7"], "--ms -7:"),
+    (["lag", "--ms", "soon"], "'soon'"),
+    (["hang", "--calls", "nvmlFoo,rm -rf"], "'rm -rf'"),
+    (["hang", "--calls", "all", "--seconds", "0"], "--seconds 0"),
+    (["hang"], "--calls"),
+    (["frobnicate"], "'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize("argv,named", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_refused_and_changes_nothing(root, argv, named):
+    before = root.config()
+    dev_before = sorted(os.listdir(os.path.join(root.path, "dev")))
+    out = root.fakegpu(*argv, check=False)
+    assert out.returncode != 0
+    assert named in out.stderr, out.stderr
+    assert root.config() == before
+    assert sorted(os.listdir(os.path.join(root.path, "dev"))) == dev_before
+    assert os.listdir(os.path.join(root.path, "var/lib/fakegpu/alloc")) == []
+
+
+def test_setup_is_idempotent_and_keeps_uuids(root):
+    first = root.config()
+    root.setup("--gpus", "2")
+    assert root.config() == first
+
+
+def test_hold_before_setup_says_what_to_do(tmp_path):
+    r = FakeGpuRoot(tmp_path / "empty")
+    out = r.fakegpu("hold", "--gpu", "0:1", check=False)
+    assert out.returncode == 2 and "fakegpu setup" in out.stderr
+
+
+def test_status_lists_gpus_and_allocations(root):
+    import json
+    h = root.hold("--gpu", "1:64")
+    status = json.loads(root.fakegpu("status").stdout)
+    assert [g["index"] for g in status["gpus"]] == [0, 1]
+    assert status["gpus"][1]["processes"] == [{"pid": h.pid, "used_mib": 64}]
+    assert [a["mib"] for a in status["allocations"]] == [64]
