@@ -88,6 +88,47 @@ def systemd_quote(arg):
     return '"%s"' % escaped
 
 
+def _field(key):
+    """Flag key -> the server's own field name (--tp-size / tp-size -> tp_size)."""
+    return str(key).lstrip("-").replace("-", "_")
+
+
+def _same(wanted, running):
+    if wanted is False or wanted is None:
+        return running in (False, None, 0, "", [])
+    if isinstance(wanted, bool) or isinstance(running, bool):
+        return bool(wanted) == bool(running)
+    if isinstance(wanted, (int, float)) and not isinstance(running, (list, dict)):
+        try:
+            return float(wanted) == float(running)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(wanted, string_types) and isinstance(running, (int, float)):
+        try:
+            return float(wanted) == float(running)
+        except ValueError:
+            return False
+    return wanted == running
+
+
+def flags_running(flags, server_info):
+    """The wanted flags as the server reports them: {field: running value}."""
+    if not isinstance(flags, dict) or not isinstance(server_info, dict):
+        raise AnsibleFilterError("flags_running: expected two dicts, got %s and %s"
+                                 % (type(flags).__name__, type(server_info).__name__))
+    return dict((_field(k), server_info[_field(k)]) for k in sorted(flags, key=str) if _field(k) in server_info)
+
+
+def flags_diff(flags, server_info):
+    """Wanted flags the server reports a different value for, as sentences.
+    Flags the server does not report are not judged."""
+    running = flags_running(flags, server_info)
+    return ["%s: wanted %r, running %r" % (f, flags[k], running[f])
+            for k in sorted(flags, key=str) for f in [_field(k)]
+            if f in running and not _same(flags[k], running[f])]
+
+
 class FilterModule(object):
     def filters(self):
-        return {"cli_flags": cli_flags, "systemd_quote": systemd_quote}
+        return {"cli_flags": cli_flags, "systemd_quote": systemd_quote,
+                "flags_running": flags_running, "flags_diff": flags_diff}

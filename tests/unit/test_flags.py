@@ -77,3 +77,14 @@ def test_systemd_quote_round_trips_through_a_shell_like_parser():
     words = ["a b", 'x"y', "back\\slash", "{\"k\":1}"]
     quoted = " ".join(systemd_quote(words))
     assert shlex.split(quoted) == words
+
+
+def test_flags_diff_confirms_matching_and_names_differences():
+    info = {"mem_fraction_static": 0.85, "tp_size": 8, "enable_hierarchical_cache": False, "hicache_size": 0,
+            "max_total_num_tokens": 116000}
+    wanted = {"mem_fraction_static": 0.93, "tp-size": "8", "enable_hierarchical_cache": True,
+              "disable_cuda_graph": True, "hicache_size": None}
+    assert flags.flags_diff(wanted, info) == ["enable_hierarchical_cache: wanted True, running False",
+                                              "mem_fraction_static: wanted 0.93, running 0.85"]
+    assert flags.flags_running({"tp-size": 8}, info) == {"tp_size": 8}
+    assert flags.flags_diff({"mem_fraction_static": 0.85, "tp_size": 8}, info) == []
