@@ -137,6 +137,12 @@ class Lab:
         self.exec(node, "python3 -c " + shlex.quote(_KILL_HOLDERS), timeout=60)
         self.exec(node, f"fakegpu setup --gpus {self.gpus} && fakegpu leak --clear && "
                         "fakegpu lag --ms 0 && fakegpu hang --off", timeout=60)
+        # Allocations of killed holders stay in the stand-in's registry until an NVML
+        # reader sees them dead; with the lag now 0, one read (fakegpu status) drops them,
+        # so a later `fakegpu lag` cannot bring an old holder's memory back into a test.
+        status = json.loads(self.exec(node, "fakegpu status", timeout=60).stdout)
+        if status["allocations"]:
+            raise AssertionError(f"{node}: stand-in still lists allocations after reset: {status['allocations']}")
 
 
 def ansible_env():
