@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from . import hold, knobs, setup, status
+from . import hold, knobs, setup_cmd, status
 from .errors import UsageError
 
 
@@ -20,7 +20,7 @@ def build_parser():
     s.add_argument("--name", default="NVIDIA H200")
     s.add_argument("--minors", help="minor number per index, e.g. 3,0,1,2 (default 0..N-1)")
     s.add_argument("--release-lag-ms", type=int, default=0)
-    s.set_defaults(func=setup.run)
+    s.set_defaults(func=setup_cmd.run)
 
     h = sub.add_parser("hold", help="hold GPU memory until killed")
     h.add_argument("--gpu", action="append", default=[], metavar="IDX:MIB")
