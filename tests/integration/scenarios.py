@@ -1,0 +1,126 @@
+"""Wedged-GPU scenarios started inside a lab node, for the gpu_holders / gpu_reclaim tests.
+
+Every process a scenario starts runs in its own transient systemd scope
+(`gpuops-t-<name>.scope`), so that `cleanup()` can end all of it, however it was re-parented,
+by stopping the scopes. A scope is not a service: the modules never stop it themselves, so
+the tests see the signal ladder, not a unit stop (units are tested through `start_unit`).
+
+Waits poll a condition inside the node with an upper bound; they never sleep a guessed time.
+"""
+
+import json
+import re
+import shlex
+
+READY_DIR = "/run/gpuops-t"
+SCOPE_PREFIX = "gpuops-t-"
+UNIT = "gpuhog"          # the Restart=always service of the unit scenarios
+WAIT_S = 30              # upper bound for a scenario to get ready (never reached when healthy)
+
+_NAME_RE = re.compile(r"^[a-z0-9-]+$")
+
+
+def _check_name(name):
+    if not _NAME_RE.match(name):
+        raise ValueError("scenario name %r: use a-z, 0-9 and -" % name)
+
+
+def ready_path(name):
+    return "%s/%s.json" % (READY_DIR, name)
+
+
+def wait_until(lab, node, shell_condition, what, timeout=WAIT_S):
+    """Poll `shell_condition` in the node until it holds; fail naming `what` after `timeout`."""
+    script = (
+        "for i in $(seq %d); do if %s; then exit 0; fi; sleep 0.05; done; exit 1"
+        % (int(timeout * 20), shell_condition))
+    result = lab.exec(node, script, check=False, timeout=timeout + 30)
+    if result.returncode != 0:
+        raise AssertionError("%s: not reached within %ss on %s (%s)\n%s%s"
+                             % (what, timeout, node, shell_condition, result.stdout, result.stderr))
+
+
+def read_json(lab, node, path):
+    return json.loads(lab.exec(node, "cat %s" % shlex.quote(path)).stdout)
+
+
+def start_in_scope(lab, node, name, argv_shell):
+    """Run a shell command line detached in scope gpuops-t-<name>; returns nothing."""
+    _check_name(name)
+    lab.exec(node, "mkdir -p %s && setsid -f systemd-run --quiet --scope --collect --unit=%s%s -- "
+                   "%s >/dev/null 2>&1 </dev/null"
+             % (READY_DIR, SCOPE_PREFIX, name, argv_shell))
+
+
+def hold(lab, node, name, *hold_args, wrap=None):
+    """`fakegpu hold ARGS --ready-file ...` in its own scope; returns the ready record.
+
+    The record has pid, start_time, spawned (--child PIDs), forked (--fork-inherit PIDs),
+    processes ([{pid, start_time}] of those) and allocations. `wrap` is a command prefix
+    (e.g. "unshare --pid --fork") run around fakegpu.
+    """
+    path = ready_path(name)
+    lab.exec(node, "rm -f %s" % path)
+    cmd = "fakegpu hold %s --ready-file %s" % (" ".join(shlex.quote(a) for a in hold_args), path)
+    if wrap:
+        cmd = "%s %s" % (wrap, cmd)
+    start_in_scope(lab, node, name, cmd)
+    wait_until(lab, node, "[ -s %s ]" % path, "fakegpu hold %s ready" % name)
+    return read_json(lab, node, path)
+
+
+def python_in_scope(lab, node, name, code):
+    """Run `python3 -c CODE` detached in scope gpuops-t-<name>."""
+    start_in_scope(lab, node, name, "python3 -c %s" % shlex.quote(code))
+
+
+def start_unit(lab, node, *hold_args, restart="always", unit=UNIT):
+    """A holder run as service `unit` with Restart=`restart`; returns the ready record."""
+    path = ready_path(unit)
+    lab.exec(node, "mkdir -p %s && rm -f %s" % (READY_DIR, path))
+    lab.exec(node, "systemd-run --quiet --unit=%s -p Restart=%s -p RestartSec=100ms -- "
+                   "/usr/bin/env fakegpu hold %s --ready-file %s"
+             % (unit, restart, " ".join(shlex.quote(a) for a in hold_args), path))
+    wait_until(lab, node, "[ -s %s ]" % path, "unit %s ready" % unit)
+    return read_json(lab, node, path)
+
+
+def identity(lab, node, pid):
+    """(start_time, state letter) of a PID in the node, or None when it does not exist."""
+    out = lab.exec(node, "cat /proc/%d/stat 2>/dev/null || true" % pid).stdout
+    if not out.strip():
+        return None
+    fields = out.rsplit(")", 1)[1].split()
+    return int(fields[19]), fields[0]
+
+
+def alive(lab, node, pid, start_time):
+    """The very process (PID and start time) still exists and is not a zombie."""
+    found = identity(lab, node, pid)
+    return found is not None and found[0] == start_time and found[1] != "Z"
+
+
+def kill9_and_wait_reaped(lab, node, pid):
+    """SIGKILL one PID and wait until its /proc entry is gone (its reaper collected it)."""
+    lab.exec(node, "kill -9 %d" % pid)
+    wait_until(lab, node, "[ ! -e /proc/%d ]" % pid, "PID %d reaped after SIGKILL" % pid)
+
+
+def gpu_used_mib(lab, node, index):
+    status = json.loads(lab.exec(node, "fakegpu status").stdout)
+    return [g for g in status["gpus"] if g["index"] == index][0]["memory_used_mib"]
+
+
+def unit_state(lab, node, unit=UNIT):
+    return lab.exec(node, "systemctl is-active %s.service || true" % unit).stdout.strip()
+
+
+def cleanup(lab, node):
+    """End every scenario (scopes, the unit, knobs) and give the node idle stand-in GPUs."""
+    lab.exec(node, "fakegpu hang --off >/dev/null 2>&1 || true; "
+                   "systemctl stop %s.service >/dev/null 2>&1 || true; "
+                   "systemctl reset-failed %s.service >/dev/null 2>&1 || true; "
+                   "for s in $(systemctl list-units --all --plain --no-legend '%s*' | awk '{print $1}'); do "
+                   "systemctl kill -s KILL \"$s\" >/dev/null 2>&1; systemctl stop \"$s\" >/dev/null 2>&1; done; "
+                   "rm -rf %s; true" % (UNIT, UNIT, SCOPE_PREFIX, READY_DIR), timeout=120)
+    lab.reset_gpus(node)
