@@ -1,0 +1,391 @@
+"""The scenarios of the real-GPU suite; each gets a Ctx (suite.py) and records checks and numbers.
+
+Every module call restricts itself to this run's processes (`match: [run id]`) and GPUs.
+"""
+import os
+import signal
+import time
+
+from suite import MIB, Nvml, StepError, alive, comm_of, nvidia_nodes, proc_identity, smi_table, wait_for
+
+TERM_TIMEOUT = 3
+RELEASE_TIMEOUT = 30
+
+
+def _by_pid(result, pid, key='holders'):
+    for holder in result.get(key) or []:
+        if holder.get('pid') == pid:
+            return holder
+    return None
+
+
+def _reclaim_args(ctx, gpus, **extra):
+    args = {'gpus': [str(g) for g in gpus], 'match': [ctx.suite.run_id],
+            'term_timeout': TERM_TIMEOUT, 'release_timeout': RELEASE_TIMEOUT}
+    args.update(extra)
+    return args
+
+
+def _baseline_free(ctx, gpus):
+    return all(ctx.suite.baseline.get(g, 0) <= 128 for g in gpus)
+
+
+def _node(ctx, gpu):
+    return '/dev/nvidia%d' % ctx.suite.minor.get(gpu, gpu)
+
+
+def _actions(result):
+    return [(a.get('step'), a.get('pid'), a.get('result')) for a in result.get('actions') or []]
+
+
+def _verify_free_after(ctx, gpus, pids, started):
+    """After a reclaim: every PID gone, NVML lists none of them, memory back to the baseline."""
+    gone, waited = wait_for(lambda: not [p for p in pids if alive(p)], 10)
+    ctx.check('all holders of ours are gone after gpu_reclaim', gone,
+              [p for p in pids if alive(p)])
+    ok, waited, used = ctx.suite.wait_baseline(gpus, timeout=10)
+    ctx.num('verified_free_s_from_reclaim_start', round(time.monotonic() - started, 3))
+    ctx.check('NVML memory back to baseline on GPUs %s' % gpus, ok,
+              {'used_mib': used, 'baseline_mib': dict((g, ctx.suite.baseline[g]) for g in gpus)})
+    with Nvml() as nv:
+        listed = dict((g, sorted(set(nv.procs(g)) & set(pids))) for g in gpus)
+    ctx.check('NVML lists none of our PIDs any more', not any(listed.values()), listed)
+
+
+# --- 1 ----------------------------------------------------------------------------------------------------
+
+def s1_nvml_facts(ctx):
+    suite = ctx.suite
+    gpus = suite.test_gpus
+    mib = 1024
+    ready = suite.wait_ready(suite.start('hold', ['--gpu', '0:%d' % mib, '--title',
+                                                  '%s s1-holder' % suite.run_id], 's1'))
+    pid = ready['pid']
+    ctx.num('torch_import_s', ready['runtime'].get('import_s'))
+    ctx.num('alloc_s', ready['allocs']['0']['alloc_s'])
+    with Nvml() as nv:
+        procs = dict((g, nv.procs(g)) for g in range(len(nv.handles)))
+        used0 = nv.used_bytes(0) // MIB
+    listed = procs[0].get(pid)
+    ctx.check('NVML lists the torch PID as a compute process on GPU 0', pid in procs[0], procs[0])
+    ctx.num('nvml_listed_mib', listed)
+    ctx.num('gpu0_used_minus_baseline_mib', used0 - suite.baseline[0])
+    if listed is not None:
+        ctx.num('context_overhead_mib', listed - mib)
+        ctx.check('listed memory is the tensor plus a context (%d..%d MiB)' % (mib, mib + 2048),
+                  mib <= listed <= mib + 2048, listed)
+        ctx.check('GPU 0 used memory grew by about what NVML charges the PID (within 64 MiB + 5%)',
+                  abs((used0 - suite.baseline[0]) - listed) <= 64 + listed * 0.05,
+                  {'used_delta': used0 - suite.baseline[0], 'listed': listed})
+    if len(gpus) > 1:
+        ctx.check('the PID is not listed on GPU 1', pid not in procs[1], procs[1])
+    nodes = nvidia_nodes(pid)
+    ctx.num('holder_device_nodes', nodes)
+    ctx.check('the holder maps %s (its context)' % _node(ctx, 0), _node(ctx, 0) in nodes['mmap'],
+              nodes)
+    if len(gpus) > 1:
+        ctx.num('holder_opens_gpu1_node_without_context', _node(ctx, 1) in nodes['fd'])
+
+    # SIGKILL, then poll the driver as fast as it answers.
+    proc = suite.popens[-1]
+    base = suite.baseline[0] + 64
+    gone_ms = freed_ms = exit_ms = None
+    polls = 0
+    with Nvml() as nv:
+        t0 = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        while time.perf_counter() - t0 < 30:
+            now_ms = (time.perf_counter() - t0) * 1000
+            if exit_ms is None and proc.poll() is not None:
+                exit_ms = round(now_ms, 2)
+            if gone_ms is None and pid not in nv.procs(0):
+                gone_ms = round((time.perf_counter() - t0) * 1000, 2)
+            if freed_ms is None and nv.used_bytes(0) // MIB <= base:
+                freed_ms = round((time.perf_counter() - t0) * 1000, 2)
+            polls += 1
+            if gone_ms is not None and freed_ms is not None and exit_ms is not None:
+                break
+            time.sleep(0.001)
+    proc.wait(timeout=10)
+    suite.release_ms_s1 = freed_ms
+    ctx.num('sigkill_to_reaped_ms', exit_ms)
+    ctx.num('sigkill_to_pid_unlisted_ms', gone_ms)
+    ctx.num('release_latency_ms', freed_ms)
+    ctx.num('nvml_polls', polls)
+    ctx.check('used memory back to baseline after SIGKILL (within 30 s)', freed_ms is not None)
+    ctx.check('NVML stops listing the PID after SIGKILL', gone_ms is not None)
+
+
+# --- 2 ----------------------------------------------------------------------------------------------------
+
+def s2_holders_vs_smi(ctx):
+    suite = ctx.suite
+    gpus = suite.test_gpus
+    alloc = {0: 1024, 1: 512}
+    spec = []
+    for g in gpus:
+        spec += ['--gpu', '%d:%d' % (g, alloc[g])]
+    ready = suite.wait_ready(suite.start('hold', spec + ['--title', '%s s2-holder' % suite.run_id], 's2'))
+    pid = ready['pid']
+    with Nvml() as nv:
+        direct = dict((g, nv.procs(g).get(pid)) for g in gpus)
+    smi_before = smi_table()
+    call, res = ctx.ansible('gpu_holders', {})
+    smi_after = smi_table()
+    ctx.num('gpu_holders_ansible_wall_s', call['wall_s'])
+    ctx.check('gpu_holders succeeded', call['rc'] == 0 and not res.get('failed'), res.get('msg'))
+    ctx.check('backend is nvml', res.get('backend') == 'nvml', res.get('backend'))
+    rows = dict((r['index'], r) for r in res.get('gpus') or [])
+    ctx.check('same GPUs (index, uuid) as nvidia-smi',
+              sorted((i, r['uuid']) for i, r in rows.items())
+              == sorted((i, r['uuid']) for i, r in smi_after.items()),
+              {'module': sorted(rows), 'nvidia_smi': sorted(smi_after)})
+    diffs = {}
+    for index, row in rows.items():
+        smi_used = [t[index]['used_mib'] for t in (smi_before, smi_after) if index in t]
+        diffs[index] = min(abs(row['memory_used_mib'] - u) for u in smi_used) if smi_used else None
+    ctx.num('used_mib_module_vs_smi_abs_diff', diffs)
+    ctx.num('table', dict((i, {'module_used': r['memory_used_mib'], 'reserved': r['memory_reserved_mib'],
+                               'smi_used': smi_after.get(i, {}).get('used_mib'),
+                               'total': r['memory_total_mib'], 'free': r['free'], 'holders': r['holders']})
+                          for i, r in rows.items()))
+    ctx.check('used MiB within 16 MiB of nvidia-smi on every GPU',
+              all(d is not None and d <= 16 for d in diffs.values()), diffs)
+    holder = _by_pid(res, pid)
+    ctx.check('the torch holder is listed', holder is not None)
+    if holder:
+        ctx.num('holder_entry', dict((k, holder.get(k)) for k in (
+            'pid', 'name', 'kind', 'evidence', 'gpus', 'context_gpus', 'gpu_memory_mib', 'protected')))
+        ctx.check('kind is context', holder.get('kind') == 'context', holder.get('kind'))
+        ctx.check('evidence includes nvml, fd and mmap',
+                  set(['nvml', 'fd', 'mmap']) <= set(holder.get('evidence') or []), holder.get('evidence'))
+        ctx.check('it holds GPUs %s' % gpus, set(gpus) <= set(holder.get('context_gpus') or []),
+                  holder.get('context_gpus'))
+        mem = holder.get('gpu_memory_mib') or {}
+        ctx.check('its memory per GPU is what NVML charges it',
+                  all(mem.get(str(g)) is not None and direct[g] is not None
+                      and abs(mem[str(g)] - direct[g]) <= 16 for g in gpus),
+                  {'module': mem, 'pynvml': direct})
+        ctx.check('not protected', not holder.get('protected'), holder.get('protected_reason'))
+    everyone = (res.get('holders') or []) + (res.get('clients') or [])
+    selfish = [h['pid'] for h in everyone if 'AnsiballZ' in (h.get('cmdline') or '')]
+    ctx.check('the module does not list itself (no AnsiballZ process among holders or clients)',
+              not selfish, selfish)
+    ctx.num('clients', [(h.get('pid'), h.get('name')) for h in res.get('clients') or []])
+    ctx.check('GPU 0 is reported not free', rows.get(0, {}).get('free') is False)
+
+
+# --- 3 ----------------------------------------------------------------------------------------------------
+
+def s3_seed_incident(ctx):
+    suite = ctx.suite
+    gpus = suite.test_gpus
+    tp = len(gpus)
+    child_mib, parent_mib, ignorer_mib = 2048, 1024, 512
+    server = suite.start('server', ['--tp', str(tp), '--child-mib', str(child_mib), '--parent-mib',
+                                    str(parent_mib), '--title', '%s s3-server' % suite.run_id], 's3srv')
+    ignorer = suite.start('hold', ['--gpu', '0:%d' % ignorer_mib, '--ignore-term', '--title',
+                                   '%s s3-ignores-sigterm' % suite.run_id], 's3ign')
+    srv = suite.wait_ready(server)
+    ign = suite.wait_ready(ignorer)
+    parent = srv['pid']
+    children = [c['pid'] for c in srv['children']]
+    ctx.num('server_parent_pid', parent)
+    ctx.num('children', [(c['pid'], c['gpu'], c['comm']) for c in srv['children']])
+    ctx.num('sigterm_ignorer_pid', ign['pid'])
+    with Nvml() as nv:
+        listed = dict((g, nv.procs(g)) for g in gpus)
+    for c in srv['children']:
+        ctx.check('child TP%d (PID %d) listed on GPU %d' % (c['rank'], c['pid'], c['gpu']),
+                  c['pid'] in listed[c['gpu']], listed[c['gpu']])
+
+    # The crash: SIGKILL the parent only.
+    t0 = time.perf_counter()
+    os.kill(parent, signal.SIGKILL)
+    server[0].wait(timeout=10)
+    with Nvml() as nv:
+        unlisted, waited = wait_for(lambda: parent not in nv.procs(0), 10, 0.002)
+    ctx.num('parent_sigkill_to_unlisted_ms', round((time.perf_counter() - t0) * 1000, 1))
+    ctx.check('the dead parent is no longer listed by NVML', unlisted)
+    reparent = dict((c, proc_identity(c)) for c in children)
+    ctx.num('children_after_parent_kill', dict(
+        (c, {'alive': alive(c), 'ppid': r[1] if r else None, 'new_parent': comm_of(r[1]) if r else None})
+        for c, r in reparent.items()))
+    ctx.check('every child survives its parent, re-parented',
+              all(alive(c) and reparent[c] and reparent[c][1] != parent for c in children))
+    with Nvml() as nv:
+        held = dict((c['pid'], nv.procs(c['gpu']).get(c['pid'])) for c in srv['children'])
+    ctx.num('orphans_nvml_mib', held)
+    ctx.check('the orphans keep their memory (>= %d MiB each)' % child_mib,
+              all(v is not None and v >= child_mib for v in held.values()), held)
+
+    # What a user sees, then the fix.
+    _, seen = ctx.ansible('gpu_holders', {'gpus': [str(g) for g in gpus]})
+    for c in children + [ign['pid']]:
+        h = _by_pid(seen, c)
+        ctx.check('gpu_holders finds PID %d as a context holder' % c, h and h.get('kind') == 'context',
+                  h and {k: h.get(k) for k in ('name', 'ppid', 'evidence', 'gpu_memory_mib')})
+    started = time.monotonic()
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, gpus))
+    ctx.num('reclaim_ansible_wall_s', call['wall_s'])
+    ctx.num('reclaim_module_elapsed_s', res.get('elapsed_s'))
+    ctx.num('actions', _actions(res) and [dict((k, a.get(k)) for k in ('at_s', 'step', 'pid', 'name', 'result'))
+                                          for a in res['actions']])
+    ctx.num('driver_release_latency_ms_from_s1', suite.release_ms_s1)
+    strict = _baseline_free(ctx, gpus)
+    ctx.check('gpu_reclaim reports free', res.get('free') is True and not res.get('failed'),
+              res.get('msg'), hard=strict)
+    ctx.check('changed is true', res.get('changed') is True)
+    acts = _actions(res)
+    for c in children + [ign['pid']]:
+        ctx.check('SIGTERM sent to PID %d' % c, ('sigterm', c, 'sent') in acts)
+    ctx.check('SIGKILL sent to the SIGTERM-ignoring PID %d' % ign['pid'],
+              ('sigkill', ign['pid'], 'sent') in acts)
+    sigkill_at = [a['at_s'] for a in res.get('actions') or [] if a.get('step') == 'sigkill']
+    sigterm_at = [a['at_s'] for a in res.get('actions') or [] if a.get('step') == 'sigterm']
+    if sigkill_at and sigterm_at:
+        ctx.num('grace_observed_s', round(min(sigkill_at) - min(sigterm_at), 3))
+        ctx.check('SIGKILL came after the %ss grace, not before' % TERM_TIMEOUT,
+                  min(sigkill_at) - min(sigterm_at) >= TERM_TIMEOUT - 0.1)
+    ctx.check('no PID outside this run was signalled',
+              all(p in children + [ign['pid']] for s, p, r in acts if s in ('sigterm', 'sigkill')), acts)
+    _verify_free_after(ctx, gpus, children + [ign['pid']], started)
+
+
+# --- 4 ----------------------------------------------------------------------------------------------------
+
+def s4_forked_child(ctx):
+    suite = ctx.suite
+    mib = 1024
+    started_w = suite.start('hold', ['--gpu', '0:%d' % mib, '--fork-child', '--title',
+                                     '%s s4-parent' % suite.run_id], 's4')
+    ready = suite.wait_ready(started_w)
+    parent, child = ready['pid'], ready['forked'][0]
+    ctx.num('parent_pid', parent)
+    ctx.num('child_pid', child)
+    ctx.num('child_device_nodes_before', nvidia_nodes(child))
+    ctx.check('the forked child maps %s (inherited)' % _node(ctx, 0),
+              _node(ctx, 0) in nvidia_nodes(child)['mmap'], hard=False)
+    os.kill(parent, signal.SIGKILL)
+    started_w[0].wait(timeout=10)          # reaped: the parent is really gone
+    time.sleep(1.5)
+    with Nvml() as nv:
+        procs0 = nv.procs(0)
+        used = nv.used_bytes(0) // MIB
+    ctx.num('nvml_lists_after_parent_death', dict((str(k), v) for k, v in procs0.items()))
+    ctx.num('gpu0_used_minus_baseline_mib', used - suite.baseline[0])
+    dead_listed = parent in procs0
+    ctx.num('nvml_still_lists_dead_parent', dead_listed)
+    ctx.check('NVML still charges the dead parent PID %d' % parent, dead_listed, procs0, hard=False)
+    ctx.check('the memory stays while the forked child lives', used - suite.baseline[0] >= mib,
+              used - suite.baseline[0], hard=False)
+    ctx.check('the forked child is alive', alive(child))
+    _, seen = ctx.ansible('gpu_holders', {'gpus': ['0']})
+    h = _by_pid(seen, child)
+    ctx.check('gpu_holders finds the forked child', h is not None)
+    if h:
+        ctx.num('child_entry', dict((k, h.get(k)) for k in ('kind', 'evidence', 'gpus', 'context_gpus',
+                                                           'gpu_memory_mib', 'ppid')))
+        ctx.check('as a context holder through its mapping (mmap), not NVML',
+                  h.get('kind') == 'context' and 'mmap' in (h.get('evidence') or [])
+                  and 'nvml' not in (h.get('evidence') or []), h.get('evidence'))
+    diag = seen.get('diagnosis') or []
+    if dead_listed:
+        ctx.check('diagnosis names the dead parent and the child that holds its memory',
+                  any(str(parent) in s and str(child) in s for s in diag), diag)
+    ctx.check('GPU 0 not free', not all(r.get('free') for r in seen.get('gpus') or []))
+    started = time.monotonic()
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0]))
+    ctx.num('reclaim_module_elapsed_s', res.get('elapsed_s'))
+    ctx.num('actions', [dict((k, a.get(k)) for k in ('at_s', 'step', 'pid', 'result'))
+                        for a in res.get('actions') or []])
+    ctx.check('gpu_reclaim reports free', res.get('free') is True and not res.get('failed'),
+              res.get('msg'), hard=_baseline_free(ctx, [0]))
+    ctx.check('the child was signalled', any(p == child and r == 'sent' for _, p, r in _actions(res)))
+    ctx.check('the dead parent PID was never signalled',
+              not any(p == parent for _, p, _r in _actions(res)))
+    _verify_free_after(ctx, [0], [child], started)
+
+
+# --- 5 ----------------------------------------------------------------------------------------------------
+
+def s5_reset_check_mode(ctx):
+    suite = ctx.suite
+    ready = suite.wait_ready(suite.start('hold', ['--gpu', '0:512', '--title', '%s s5-holder' % suite.run_id],
+                                         's5'))
+    pid = ready['pid']
+    ident = proc_identity(pid)
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0], allow_reset=True), check=True)
+    plan = res.get('actions') or []
+    ctx.num('plan', [dict((k, a.get(k)) for k in ('step', 'pid', 'gpu', 'result')) for a in plan])
+    ctx.check('check mode run succeeded', call['rc'] == 0 and not res.get('failed'), res.get('msg'))
+    ctx.check('the plan has steps', bool(plan))
+    ctx.check('every step is only planned', all(str(a.get('result', '')).startswith('planned') for a in plan),
+              [a.get('result') for a in plan])
+    ctx.check('the plan signals our holder (sigterm, then sigkill)',
+              [a.get('step') for a in plan if a.get('pid') == pid] == ['sigterm', 'sigkill'])
+    ctx.check('changed reports what would change', res.get('changed') is True)
+    ctx.num('reset_planned', [a.get('gpu') for a in plan if a.get('step') == 'reset'])
+    time.sleep(0.5)
+    ctx.check('the holder is alive and the same process (nothing was signalled)',
+              alive(pid) and proc_identity(pid)[1:] == ident[1:])
+    with Nvml() as nv:
+        ctx.check('NVML still lists the holder', pid in nv.procs(0))
+    rc_smi_ok = smi_table()
+    ctx.check('nvidia-smi still answers (no reset happened)', 0 in rc_smi_ok)
+
+
+# --- 6 ----------------------------------------------------------------------------------------------------
+
+def s6_protected(ctx):
+    suite = ctx.suite
+    prot = suite.start('hold', ['--gpu', '0:512', '--comm', 'nv-hostengine', '--title',
+                                'nv-hostengine %s s6-protected' % suite.run_id], 's6prot')
+    victim = suite.start('hold', ['--gpu', '0:512', '--title', '%s s6-victim' % suite.run_id], 's6vic')
+    p = suite.wait_ready(prot)
+    v = suite.wait_ready(victim)
+    ctx.num('protected', {'pid': p['pid'], 'comm': p['comm'], 'cmdline': p['cmdline']})
+    ctx.num('victim_pid', v['pid'])
+    ctx.check('the protected process is named nv-hostengine', p['comm'] == 'nv-hostengine', p['comm'])
+    _, seen = ctx.ansible('gpu_holders', {'gpus': ['0']})
+    h = _by_pid(seen, p['pid'])
+    ctx.check('gpu_holders lists it protected (infrastructure)',
+              h is not None and h.get('protected') and 'nv-hostengine' in (h.get('protected_reason') or ''),
+              h and h.get('protected_reason'))
+    hv = _by_pid(seen, v['pid'])
+    ctx.check('the ordinary holder is not protected', hv is not None and not hv.get('protected'))
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0], release_timeout=3))
+    ctx.num('reclaim_rc', call['rc'])
+    ctx.num('msg', res.get('msg'))
+    ctx.num('actions', [dict((k, a.get(k)) for k in ('at_s', 'step', 'pid', 'result'))
+                        for a in res.get('actions') or []])
+    acts = _actions(res)
+    ctx.check('the protected PID was never signalled', not any(pid == p['pid'] for _, pid, _r in acts), acts)
+    ctx.check('the ordinary holder was signalled', ('sigterm', v['pid'], 'sent') in acts, acts)
+    gone, _ = wait_for(lambda: not alive(v['pid']), 10)
+    ctx.check('the ordinary holder is gone', gone)
+    ctx.check('the protected holder is alive', alive(p['pid']))
+    ctx.check('gpu_reclaim fails (GPU 0 still held by a protected process)',
+              res.get('failed') is True and res.get('free') is False, res.get('msg'))
+    rem = _by_pid(res, p['pid'], key='remaining')
+    ctx.check('remaining names it with reason protected', rem is not None and
+              'protected' in (rem.get('reason') or ''), rem and rem.get('reason'))
+    ctx.check('the failure message names the PID', str(p['pid']) in (res.get('msg') or ''), res.get('msg'))
+
+
+# name, title, function, time limit (s), needs ansible, needs GPUs
+SCENARIOS = [
+    ('s1', 'NVML facts: a torch holder is listed with its memory; SIGKILL releases it', s1_nvml_facts,
+     90, False, 1),
+    ('s2', 'gpu_holders vs nvidia-smi: same GPUs, same memory, torch holder with its evidence',
+     s2_holders_vs_smi, 90, True, 1),
+    ('s3', 'seed incident: parent SIGKILLed, spawned TP children orphaned, SIGTERM ignored; gpu_reclaim frees',
+     s3_seed_incident, 150, True, 1),
+    ('s4', 'forked child after the context: NVML charges the dead parent; gpu_reclaim frees',
+     s4_forked_child, 90, True, 1),
+    ('s5', 'reset in check mode: a plan, nothing signalled, nothing reset', s5_reset_check_mode, 75, True, 1),
+    ('s6', 'protected infrastructure (nv-hostengine) keeps its context; the others go', s6_protected,
+     90, True, 1),
+]
+
+__all__ = ['SCENARIOS', 'StepError']
