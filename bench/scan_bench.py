@@ -66,8 +66,8 @@ def host_load():
 
 # --- the tools ----------------------------------------------------------------------------
 
-def tool_survey(flow, dev_dir):
-    survey = flow.Surveyor(dev_dir=dev_dir, nvml_timeout=30).survey()
+def tool_survey(flow, dev_dir, deep=False):
+    survey = flow.Surveyor(dev_dir=dev_dir, nvml_timeout=30).survey(deep=deep)
     return set(h["pid"] for h in survey.holders) | set(c["pid"] for c in survey.clients)
 
 
@@ -189,6 +189,8 @@ def main():
         # (key, label, fn, expected pid set, what it is expected to see)
         ("survey", "gpu_holders: Surveyor.survey()", lambda: tool_survey(flow, dev_dir),
          fd_holders, "contexts + inherited + monitor (as client)"),
+        ("deep", "gpu_holders deep (reads every maps)", lambda: tool_survey(flow, dev_dir, True),
+         fd_holders, "what survey() does when memory is held and no context explains it"),
         ("scan", "observe.scan_processes() alone", lambda: tool_scan(observe, dev_dir),
          fd_holders, "every fd/mmap holder"),
         ("fuser", "fuser <root>/dev/nvidia*", lambda: tool_fuser(files),
