@@ -76,7 +76,7 @@ def s1_nvml_facts(ctx):
                   mib <= listed <= mib + 2048, listed)
         ctx.check('GPU 0 used memory grew by about what NVML charges the PID (within 64 MiB + 5%)',
                   abs((used0 - suite.baseline[0]) - listed) <= 64 + listed * 0.05,
-                  {'used_delta': used0 - suite.baseline[0], 'listed': listed})
+                  {'used_delta': used0 - suite.baseline[0], 'listed': listed}, hard=False)
     if len(gpus) > 1:
         ctx.check('the PID is not listed on GPU 1', pid not in procs[1], procs[1])
     nodes = nvidia_nodes(pid)
