@@ -44,8 +44,10 @@ def infrastructure_name(name, cmdline):
     for infra in INFRASTRUCTURE:
         if name == infra or argv0 == infra:
             return infra
-        if len(name) == _COMM_LEN and infra.startswith(name):
-            return infra
+    if len(name) == _COMM_LEN:  # the kernel cut the name: compare prefixes
+        for infra in INFRASTRUCTURE:
+            if infra.startswith(name):
+                return infra
     return None
 
 

@@ -1,0 +1,98 @@
+"""gpu_act's safety rules, on real processes of this host."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
+
+COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '.build', 'collections'))
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen(['sleep', '300'])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize('pid', [0, 1, -1, -4242])
+def test_never_signals_init_zero_or_negative_pids(pid):
+    assert act.send_signal(pid, 123, signal.SIGTERM).startswith('refused')
+
+
+def test_never_signals_itself_or_a_protected_pid(sleeper):
+    start = read_identity(sleeper.pid)[0]
+    assert act.send_signal(os.getpid(), read_identity(os.getpid())[0], signal.SIGKILL).startswith('refused')
+    assert act.send_signal(sleeper.pid, start, signal.SIGKILL, never={sleeper.pid}).startswith('refused')
+    assert act.send_signal(sleeper.pid, None, signal.SIGKILL).startswith('refused')
+    assert sleeper.poll() is None
+
+
+def test_signals_the_process_it_identified(sleeper):
+    start = read_identity(sleeper.pid)[0]
+    assert act.send_signal(sleeper.pid, start, signal.SIGKILL) == 'sent'
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_process_with_another_start_time_is_not_signalled(sleeper):
+    start = read_identity(sleeper.pid)[0]
+    assert act.send_signal(sleeper.pid, start - 1, signal.SIGKILL) == 'reused'
+    assert sleeper.poll() is None
+
+
+def test_a_gone_process_is_reported_gone():
+    proc = subprocess.Popen(['true'])
+    start = read_identity(proc.pid)[0] if read_identity(proc.pid) else 1
+    proc.wait()
+    assert act.send_signal(proc.pid, start, signal.SIGKILL) == 'gone'
+
+
+# Inside a fresh PID namespace, ns_last_pid makes the next fork reuse the PID of a process
+# that was detected and then died: the race between detection and signal, forced.
+PID_REUSE = textwrap.dedent('''
+    import os, signal, subprocess, sys, time
+    sys.path.insert(0, %r)
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
+    from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
+    first = subprocess.Popen(['sleep', '300'])
+    pid, start = first.pid, read_identity(first.pid)[0]
+    first.kill(); first.wait()
+    time.sleep(0.05)   # start times count clock ticks: let at least one pass
+    with open('/proc/sys/kernel/ns_last_pid', 'w') as f:
+        f.write(str(pid - 1))
+    second = subprocess.Popen(['sleep', '300'])
+    assert second.pid == pid, (second.pid, pid)
+    result = act.send_signal(pid, start, signal.SIGKILL)
+    time.sleep(0.1)
+    print(result, second.poll())
+    second.kill()
+''') % COLLECTIONS
+
+
+def test_a_reused_pid_is_not_signalled():
+    try:
+        out = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', sys.executable, '-c', PID_REUSE],
+                             capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip('unshare (util-linux) is not installed: cannot force PID reuse')
+    if out.returncode != 0 and 'Operation not permitted' in out.stderr:
+        pytest.skip('no permission for a new PID namespace here (needs root): %s' % out.stderr.strip())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ['reused', 'None']
+
+
+def test_wait_for_returns_as_soon_as_the_condition_holds():
+    calls = []
+    value, waited = act.wait_for(lambda: calls.append(1) or len(calls) >= 3, timeout=30)
+    assert value is True and len(calls) == 3
+
+
+def test_wait_for_gives_up_at_the_timeout():
+    value, waited = act.wait_for(lambda: False, timeout=0.2)
+    assert value is False and waited >= 0.2

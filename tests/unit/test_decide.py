@@ -1,0 +1,261 @@
+"""Pure decision rules of gpu_decide, driven with hand-built observations (no processes)."""
+import re
+
+import pytest
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
+    GpuState, ProcState, Snapshot, parse_stat)
+
+OWN_NS = 'pid:[4026531836]'
+
+
+def gpu(index, minor=None, used=0, processes=()):
+    return GpuState(index=index, uuid='GPU-%08d-0000' % index, name='NVIDIA H200',
+                    pci_bus_id='00000000:%02X:00.0' % (0x10 + index),
+                    minor=index if minor is None else minor, total_mib=97887, used_mib=used,
+                    reserved_mib=615, processes=list(processes), persistence_mode=True)
+
+
+def proc(pid, name='python3', fds=(), maps=(), state='sleeping', ppid=1, cmdline=None,
+         cgroup='0::/user.slice/session-1.scope', pidns=OWN_NS, nspid=None, kthread=False):
+    p = ProcState(pid)
+    p.start_time = 1000 + pid
+    p.name = name
+    p.cmdline = cmdline if cmdline is not None else name
+    p.state = state
+    p.ppid = ppid
+    p.cgroup = cgroup
+    p.pidns = pidns
+    p.nspid = nspid or [pid]
+    p.kthread = kthread
+    p.user = 'root'
+    p.dev_fds = set(fds)
+    p.dev_maps = set(maps)
+    return p
+
+
+def snap(gpus, procs, missing=(), own_pid=99999):
+    return Snapshot(gpus=gpus, procs=dict((p.pid, p) for p in procs), backend='nvml',
+                    own_pid=own_pid, own_pidns=OWN_NS, unreadable=[], nvml_missing_pids=list(missing),
+                    taken_at=0.0, deep=False)
+
+
+CTX = ('/dev/nvidia0', '/dev/nvidiactl', '/dev/nvidia-uvm')
+
+
+def classify(s, patterns=(), own_tree=frozenset(), units=None):
+    return decide.classify(s, [re.compile(p) for p in patterns], set(own_tree), units)
+
+
+def test_mapping_is_a_context_fd_only_is_a_handle_shared_nodes_are_clients():
+    s = snap([gpu(0), gpu(1)], [
+        proc(10, fds=CTX, maps=CTX),
+        proc(11, fds=('/dev/nvidia1', '/dev/nvidiactl')),
+        proc(12, name='nvidia-smi', fds=('/dev/nvidiactl', '/dev/nvidia-uvm')),
+    ])
+    holders, clients, _ = classify(s)
+    by_pid = dict((h['pid'], h) for h in holders)
+    assert by_pid[10]['kind'] == 'context' and by_pid[10]['gpus'] == [0]
+    assert by_pid[10]['evidence'] == ['fd', 'mmap']
+    assert by_pid[11]['kind'] == 'handle' and by_pid[11]['context_gpus'] == []
+    assert [c['pid'] for c in clients] == [12] and 12 not in by_pid
+
+
+def test_device_nodes_are_mapped_through_minor_numbers_not_names():
+    # GPU index 0 has minor 3: /dev/nvidia3 is GPU 0, /dev/nvidia0 is GPU 3.
+    s = snap([gpu(0, minor=3), gpu(3, minor=0)], [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
+    holders, _, _ = classify(s)
+    assert holders[0]['gpus'] == [0]
+
+
+def test_nvml_listing_gives_memory_and_context():
+    s = snap([gpu(2, used=1024, processes=[(10, 1024)])], [proc(10, fds=['/dev/nvidia2'])])
+    (holder,), _, _ = classify(s)
+    assert holder['kind'] == 'context' and holder['gpu_memory_mib'] == {'2': 1024}
+    assert holder['evidence'] == ['fd', 'nvml']
+
+
+def test_nvml_pid_resolving_to_a_process_without_device_is_unconfirmed():
+    # A host PID reported inside a container can name an unrelated local process.
+    s = snap([gpu(0, used=4000, processes=[(10, 4000)])], [proc(10, name='bash')])
+    holders, _, unconfirmed = classify(s)
+    assert holders == [] and unconfirmed == [{'pid': 10, 'name': 'bash', 'gpus': [0]}]
+
+
+@pytest.mark.parametrize('name,cmdline,reason', [
+    ('nvidia-persiste', '/usr/bin/nvidia-persistenced --verbose', 'nvidia-persistenced'),
+    ('nv-hostengine', 'nv-hostengine -n', 'nv-hostengine'),
+    ('dcgm-exporter', '/usr/bin/dcgm-exporter', 'dcgm-exporter'),
+    ('Xorg', '/usr/lib/xorg/Xorg :0', 'Xorg'),
+    ('nvidia-cuda-mps', 'nvidia-cuda-mps-server', 'nvidia-cuda-mps-server'),
+    ('slurmstepd', 'slurmstepd: [12.0]', 'slurmstepd'),
+    ('orted', 'orted --hnp', 'orted'),
+])
+def test_infrastructure_is_protected(name, cmdline, reason):
+    s = snap([gpu(0)], [proc(10, name=name, cmdline=cmdline, fds=CTX, maps=CTX)])
+    (holder,), _, _ = classify(s)
+    assert holder['protected'] and reason in holder['protected_reason']
+
+
+def test_misleading_names_are_not_protected():
+    s = snap([gpu(0)], [proc(10, name='[kworker/2:1]', fds=CTX, maps=CTX),
+                        proc(11, name='sshd-helper', cmdline='sshd-helper', fds=CTX, maps=CTX)])
+    holders, _, _ = classify(s)
+    assert [h['protected'] for h in holders] == [False, False]
+
+
+def test_init_kernel_threads_own_tree_container_init_and_user_patterns_are_protected():
+    s = snap([gpu(0)], [
+        proc(1, name='systemd', fds=CTX, maps=CTX),
+        proc(2, name='kthreadd', fds=CTX, maps=CTX, kthread=True),
+        proc(30, name='bash', fds=CTX, maps=CTX),
+        proc(40, name='init', cmdline='/sbin/my-init', fds=CTX, maps=CTX, nspid=[40, 1]),
+        proc(50, name='jupyter', cmdline='jupyter-lab --port 8888', fds=CTX, maps=CTX),
+        proc(60, name='python3', fds=CTX, maps=CTX),
+    ])
+    holders, _, _ = classify(s, patterns=['^jupyter'], own_tree={30})
+    reasons = dict((h['pid'], h['protected_reason']) for h in holders)
+    assert 'init process' in reasons[1]
+    assert reasons[2] == 'kernel thread'
+    assert 'process tree running this module' in reasons[30]
+    assert "container's PID namespace" in reasons[40]
+    assert "protect pattern '^jupyter'" in reasons[50]
+    assert reasons[60] is None
+
+
+def test_module_itself_and_its_children_are_not_listed():
+    s = snap([gpu(0)], [proc(500, fds=CTX), proc(501, name='nvidia-smi', ppid=500, fds=CTX, maps=CTX)],
+             own_pid=500)
+    holders, clients, _ = classify(s)
+    assert holders == [] and clients == []
+
+
+def test_unit_from_cgroup_v1_and_v2():
+    assert decide.unit_from_cgroup('0::/system.slice/sglang.service\n') == 'sglang.service'
+    v1 = '12:pids:/system.slice/x.service\n1:name=systemd:/system.slice/vllm.service\n'
+    assert decide.unit_from_cgroup(v1) == 'vllm.service'
+    assert decide.unit_from_cgroup('0::/user.slice/user-0.slice/session-4.scope') == 'session-4.scope'
+    assert decide.unit_from_cgroup('0::/') is None
+
+
+def test_resolve_gpus_by_index_uuid_and_bus_id():
+    gpus = [gpu(0), gpu(1), gpu(2)]
+    assert decide.resolve_gpus([], gpus) == [0, 1, 2]
+    assert decide.resolve_gpus(['2', 'GPU-00000000-0000', '00000000:11:00.0'], gpus) == [0, 1, 2]
+    assert decide.resolve_gpus(['0000:11:00.0'], gpus) == [1]
+
+
+@pytest.mark.parametrize('bad', ['9', 'GPU-nope', '-1', ''])
+def test_resolve_gpus_names_the_bad_value_and_the_gpus_that_exist(bad):
+    with pytest.raises(ValueError) as err:
+        decide.resolve_gpus([bad], [gpu(0), gpu(1)])
+    assert repr(bad) in str(err.value) and 'GPU-00000001-0000' in str(err.value)
+
+
+def test_compile_patterns_names_the_bad_regex():
+    with pytest.raises(ValueError) as err:
+        decide.compile_patterns(['ok', '(unclosed'], 'protect')
+    assert "protect: '(unclosed'" in str(err.value)
+
+
+def test_gpu_free_needs_low_memory_and_no_context():
+    s = snap([gpu(0, used=0), gpu(1, used=50), gpu(2, used=5000), gpu(3, used=10)],
+             [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
+    holders, _, _ = classify(s)
+    rows = decide.gpu_table(s, holders, [0, 1, 2, 3], free_threshold_mib=128)
+    assert [r['free'] for r in rows] == [True, True, False, False]
+    assert rows[3]['holders'] == [10]
+
+
+def test_plan_targets_keeps_scope_match_and_protection():
+    s = snap([gpu(0), gpu(1)], [
+        proc(10, name='sglang::schedul', fds=CTX, maps=CTX),                                   # target
+        proc(11, name='python3', fds=['/dev/nvidia1'], maps=['/dev/nvidia1']),                  # other GPU
+        proc(12, name='nv-hostengine', fds=CTX, maps=CTX),                                      # protected
+        proc(13, name='trainer', fds=CTX, maps=CTX),                                            # no match
+        proc(14, name='sglang::schedul', fds=['/dev/nvidia0']),                                 # handle
+    ])
+    holders, _, _ = classify(s)
+    targets, left = decide.plan_targets(holders, [0], [re.compile('sglang')], include_handles=False)
+    assert [t['pid'] for t in targets] == [10]
+    assert dict((h['pid'], h['reason']) for h in left) == {
+        12: 'protected: GPU or cluster infrastructure (nv-hostengine)',
+        13: 'does not match the match filter'}
+    targets, _ = decide.plan_targets(holders, [0], [re.compile('sglang')], include_handles=True)
+    assert [t['pid'] for t in targets] == [10, 14]
+
+
+def test_zombies_are_left_for_their_parent():
+    s = snap([gpu(0, used=900, processes=[(10, 900)])],
+             [proc(10, state='zombie', ppid=77), proc(77, name='launcher')])
+    holders, _, _ = classify(s)
+    targets, left = decide.plan_targets(holders, [0], [], False)
+    assert targets == [] and 'parent PID 77' in left[0]['reason']
+
+
+def test_units_to_stop_skips_scopes_infrastructure_and_own_session_units():
+    mk = lambda pid, cg: proc(pid, fds=CTX, maps=CTX, cgroup='0::/system.slice/' + cg)  # noqa: E731
+    s = snap([gpu(0)], [mk(10, 'sglang.service'), mk(11, 'ssh.service'), mk(12, 'ansible-pull.service'),
+                        mk(13, 'sglang.service'), proc(14, fds=CTX, maps=CTX)])
+    holders, _, _ = classify(s)
+    assert decide.units_to_stop(holders, {'ansible-pull.service'}) == ['sglang.service']
+
+
+def test_diagnosis_memory_without_visible_holder():
+    s = snap([gpu(3, used=92134)], [])
+    rows = decide.gpu_table(s, [], [3], 128)
+    (sentence,) = decide.diagnose(s, [], [], rows)
+    assert 'GPU 3: 92134 MiB used with no process visible here' in sentence
+    assert 'another PID namespace' in sentence and 'reset' in sentence
+
+
+def test_diagnosis_dead_parent_memory_held_by_inheriting_child():
+    s = snap([gpu(0, used=4614, processes=[(10, 4614)])],
+             [proc(11, name='worker', fds=CTX, maps=CTX)], missing=[10])
+    holders, _, unconfirmed = classify(s)
+    rows = decide.gpu_table(s, holders, [0], 128)
+    text = ' '.join(decide.diagnose(s, holders, unconfirmed, rows))
+    assert 'NVML charges 4614 MiB to PID 10, which has exited; PID 11 (worker) still maps' in text
+
+
+def test_diagnosis_unresolvable_and_impossible_pids():
+    s = snap([gpu(0, used=3000, processes=[(0, 1000), (4294967295, 1000), (424242, 1000)])], [],
+             missing=[0, 424242, 4294967295])
+    rows = decide.gpu_table(s, [], [0], 128)
+    text = ' '.join(decide.diagnose(s, [], [], rows))
+    assert 'impossible PID 0' in text and 'impossible PID 4294967295' in text
+    assert 'NVML lists PID 424242 (1000 MiB) but no such process exists in this PID namespace' in text
+
+
+def test_diagnosis_d_state_zombie_and_restarting_unit():
+    s = snap([gpu(0, used=9000, processes=[(10, 3000), (11, 3000), (12, 3000)])], [
+        proc(10, state='disk-sleep', fds=CTX, maps=CTX),
+        proc(11, state='zombie', ppid=77),
+        proc(12, fds=CTX, maps=CTX, cgroup='0::/system.slice/hog.service'),
+        proc(77, name='launcher'),
+    ])
+    s.procs[10].wchan = 'uvm_gpu_retain_by_uuid'
+    holders, _, unconfirmed = classify(s, units={'hog.service': ('always', 'active')})
+    text = ' '.join(decide.diagnose(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
+    assert 'PID 10 (python3) is in uninterruptible sleep (D, wchan uvm_gpu_retain_by_uuid)' in text
+    assert 'PID 11 (python3) is a zombie' in text and 'parent PID 77 (launcher) must reap it' in text
+    assert 'hog.service with Restart=always' in text
+
+
+def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
+    s = snap([gpu(2, used=76107)], [proc(10, state='disk-sleep', fds=['/dev/nvidia2'], maps=['/dev/nvidia2'])])
+    holders, _, _ = classify(s)
+    rows = decide.gpu_table(s, holders, [2], 128)
+    msg = decide.failure_message(rows, holders, 12.34, allow_reset=False)
+    assert msg.startswith('GPU 2 (GPU-00000002-0000) still holds 76107 MiB after 12.3 s: PID 10 (python3) '
+                          'disk-sleep')
+    assert 'reset the GPU (allow_reset: true) or reboot the host' in msg
+    empty = snap([gpu(1, used=500)], [])
+    msg = decide.failure_message(decide.gpu_table(empty, [], [1], 128), [], 3.0, allow_reset=False)
+    assert 'no process visible here' in msg and 'reset or reboot' in msg
+
+
+def test_parse_stat_survives_names_with_spaces_and_parens():
+    raw = b'123 (a) b (c) S 1 123 123 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0'
+    assert parse_stat(raw) == ('a) b (c', 'S', 1, 98765, 4194560)
