@@ -93,7 +93,7 @@ class Lab:
     def exec(self, node, cmd, check=True, timeout=60):
         """Run a shell command line on a node through `lab exec`; text-mode result."""
         result = subprocess.run([LAB, "exec", node, cmd], stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, timeout=timeout)
+                                capture_output=True, text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise NodeCommandError(result.returncode, f"lab exec {node} {cmd}", result.stdout, result.stderr)
         return result
@@ -123,7 +123,7 @@ class Lab:
                 json.dump(play, f)
             run = subprocess.run(
                 [os.path.join(VENV_BIN, "ansible-playbook"), "-i", self.inventory, playbook],
-                env=ansible_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                env=ansible_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False,
             )
             if not os.path.exists(result_path):
                 raise AssertionError(
@@ -163,7 +163,7 @@ def lab_node_count():
 
 def lab_up(count):
     """`lab up` (reuses nodes already up in this number); returns the inventory path."""
-    up = subprocess.run([LAB, "up", str(count)], capture_output=True, text=True, timeout=900)
+    up = subprocess.run([LAB, "up", str(count)], capture_output=True, text=True, timeout=900, check=False)
     if up.returncode != 0:
         raise AssertionError(f"lab up {count} failed (rc {up.returncode}):\n{up.stdout}\n{up.stderr}")
     return up.stdout.strip().splitlines()[-1]

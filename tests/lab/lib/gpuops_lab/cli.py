@@ -203,7 +203,7 @@ def cmd_exec(args):
         raise LabError(f"node '{name}' is not running")
     ssh.ensure_key()
     # stdin passes through, so 'lab exec node1 "cat > f" < f' works.
-    return subprocess.run(ssh.ssh_argv(record["ip"], ssh.remote_command(command))).returncode
+    return subprocess.run(ssh.ssh_argv(record["ip"], ssh.remote_command(command)), check=False).returncode
 
 
 COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "inventory": cmd_inventory, "exec": cmd_exec}

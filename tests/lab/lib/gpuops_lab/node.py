@@ -125,7 +125,7 @@ def wait_ready(record, timeout=120):
         check = subprocess.run(
             ssh.ssh_argv(record["ip"], "test -f /dev/nvidiactl && test -f /dev/nvidia0 || "
                          "{ journalctl -b -u fakegpu-devices.service --no-pager | tail -20; exit 1; }"),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False,
         )
         if check.returncode != 0:
             raise LabError(f"{record['name']}: fakegpu setup made no /dev/nvidia* files:\n{check.stdout}{check.stderr}")
@@ -176,7 +176,7 @@ def stop(record, timeout=30):
             raise LabError(f"{name}: processes {stragglers} survived SIGKILL (D state?); left the record in place")
     top = paths.node_dir(name)
     for point in proc.mounts_under(top):
-        result = subprocess.run(["umount", point], capture_output=True, text=True)
+        result = subprocess.run(["umount", point], capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise LabError(f"{name}: cannot unmount {point}: {result.stderr.strip()}")
     if proc.mounts_under(top):

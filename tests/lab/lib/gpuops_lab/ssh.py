@@ -47,7 +47,7 @@ def answers(ip, timeout=10):
     try:
         result = subprocess.run(
             ssh_argv(ip, "true"), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, timeout=timeout,
+            stderr=subprocess.DEVNULL, timeout=timeout, check=False,
         )
     except subprocess.TimeoutExpired:
         return False
