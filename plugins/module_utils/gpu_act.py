@@ -112,7 +112,7 @@ def stop_unit(unit, timeout, clock=time.monotonic):
         code, state = _run(['systemctl', 'is-active', '--', unit], timeout=10)
         return state in ('inactive', 'failed', 'unknown') or (code != 0 and state != 'deactivating'
                                                               and state != 'active')
-    done, _ = wait_for(inactive, timeout, clock=clock)
+    done = wait_for(inactive, timeout, clock=clock)[0]
     return 'stopped' if done else 'stopping (still deactivating after %ss)' % timeout
 
 

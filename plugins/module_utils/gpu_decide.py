@@ -304,7 +304,7 @@ def diagnose(snapshot, holders, unconfirmed, rows):
             sentences.append('%s runs in another PID namespace (a container) than this module.'
                              % _who(holder))
     if snapshot.unreadable:
-        pids = sorted(set(pid for pid, _, _ in snapshot.unreadable))
+        pids = sorted(set(entry[0] for entry in snapshot.unreadable))
         sentences.append('Could not read the fds or maps of %d process(es) (%s): run as root to see '
                          'every holder.' % (len(pids), ', '.join(str(p) for p in pids[:10])))
     return sentences

@@ -157,8 +157,8 @@ class Ladder(object):
         current = first
         for attempt in range(self.passes + 1):
             include_handles = attempt > 0 and self._only_handles_left(current)
-            targets, _ = decide.plan_targets(current.holders, current.selected, self.match,
-                                             include_handles)
+            targets = decide.plan_targets(current.holders, current.selected, self.match,
+                                          include_handles)[0]
             targets = [t for t in targets if (t['pid'], t['start_time']) not in self.killed]
             if not targets:
                 break
@@ -249,7 +249,7 @@ class Ladder(object):
 
     def _plan(self, survey):
         """Check mode: what the ladder would do, from one observation, sending nothing."""
-        targets, _ = decide.plan_targets(survey.holders, survey.selected, self.match, False)
+        targets = decide.plan_targets(survey.holders, survey.selected, self.match, False)[0]
         if self.stop_units:
             for unit in decide.units_to_stop(targets, self.surveyor.protected_units()):
                 self._record('stop_unit', 'planned', unit=unit)

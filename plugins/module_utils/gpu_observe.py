@@ -318,7 +318,7 @@ def read_identity(pid, proc='/proc'):
     PID plus start time is a process's identity: a reused PID has a later start time.
     """
     try:
-        _, state, _, start, _ = parse_stat(_read('%s/%d/stat' % (proc, pid)))
+        state, start = parse_stat(_read('%s/%d/stat' % (proc, pid)))[1:4:2]
     except (IOError, OSError, ValueError, IndexError):
         return None
     return start, STATE_NAMES.get(state, state)
@@ -512,7 +512,7 @@ def take_snapshot(nvml_timeout, dev_dir='/dev', proc='/proc', deep=False, backen
     """One observation of the GPUs and every process that holds them."""
     started = time.time()
     gpus = read_gpus(nvml_timeout, backend=backend)
-    nvml_pids = set(pid for gpu in gpus for pid, _ in gpu.processes)
+    nvml_pids = set(entry[0] for gpu in gpus for entry in gpu.processes)
     procs, unreadable = scan_processes(dev_dir=dev_dir, proc=proc, deep=deep, extra_pids=nvml_pids)
     # NVML PIDs that the scan could not read are either gone, impossible, or outside this
     # PID namespace; a PID of 0 or above pid_max can never resolve.

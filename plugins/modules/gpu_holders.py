@@ -31,7 +31,7 @@ description:
     systemd unit would restart them.
   - Read-only; never changes the host.
 author:
-  - gpuops.reclaim contributors
+  - gpuops.reclaim maintainers (@gpuops)
 requirements:
   - nvidia-ml-py (python module C(pynvml)) on the managed host; without it the module falls
     back to C(nvidia-smi) and says so in RV(backend).
@@ -110,17 +110,51 @@ gpus:
   type: list
   elements: dict
   contains:
-    index: {description: NVML index., type: int, returned: success}
-    uuid: {description: GPU UUID., type: str, returned: success}
-    name: {description: Product name., type: str, returned: success}
-    pci_bus_id: {description: PCI bus id., type: str, returned: success}
-    minor_number: {description: Minor number of the GPU's device node /dev/nvidia<minor>., type: int, returned: success}
-    memory_total_mib: {description: Total memory in MiB., type: int, returned: success}
-    memory_used_mib: {description: Used memory in MiB, excluding reserved (what nvidia-smi shows)., type: int, returned: success}
-    memory_reserved_mib: {description: Memory the driver reserves for itself, in MiB., type: int, returned: success}
-    persistence_mode: {description: Whether persistence mode is on, or null when unknown., type: bool, returned: success}
-    holders: {description: PIDs holding this GPU (contexts and handles)., type: list, elements: int, returned: success}
-    free: {description: No context on it and used memory within O(free_threshold_mib)., type: bool, returned: success}
+    index:
+      description: "NVML index."
+      type: int
+      returned: success
+    uuid:
+      description: "GPU UUID."
+      type: str
+      returned: success
+    name:
+      description: "Product name."
+      type: str
+      returned: success
+    pci_bus_id:
+      description: "PCI bus id."
+      type: str
+      returned: success
+    minor_number:
+      description: "Minor number of the GPU's device node /dev/nvidia<minor>."
+      type: int
+      returned: success
+    memory_total_mib:
+      description: "Total memory in MiB."
+      type: int
+      returned: success
+    memory_used_mib:
+      description: "Used memory in MiB, excluding reserved (what nvidia-smi shows)."
+      type: int
+      returned: success
+    memory_reserved_mib:
+      description: "Memory the driver reserves for itself, in MiB."
+      type: int
+      returned: success
+    persistence_mode:
+      description: "Whether persistence mode is on, or null when unknown."
+      type: bool
+      returned: success
+    holders:
+      description: "PIDs holding this GPU (contexts and handles)."
+      type: list
+      elements: int
+      returned: success
+    free:
+      description: "No context on it and used memory within O(free_threshold_mib)."
+      type: bool
+      returned: success
   sample:
     - {index: 2, uuid: GPU-5d1c..., name: NVIDIA H200, pci_bus_id: "00000000:3B:00.0", minor_number: 2,
        memory_total_mib: 143771, memory_used_mib: 76107, memory_reserved_mib: 615, persistence_mode: true,
@@ -131,26 +165,89 @@ holders:
   type: list
   elements: dict
   contains:
-    pid: {description: Process id in this PID namespace., type: int, returned: success}
-    start_time: {description: Start time in clock ticks after boot; with pid the process identity., type: int, returned: success}
-    name: {description: Process name (comm)., type: str, returned: success}
-    cmdline: {description: Command line., type: str, returned: success}
-    user: {description: Owner., type: str, returned: success}
-    state: {description: "running, sleeping, disk-sleep, zombie, stopped, ...", type: str, returned: success}
-    wchan: {description: Kernel function a disk-sleep process waits in, else null., type: str, returned: success}
-    ppid: {description: Parent PID., type: int, returned: success}
-    parent_name: {description: Parent's name when known (the process that must reap a zombie)., type: str, returned: success}
-    unit: {description: systemd unit owning it (from /proc/PID/cgroup), or null., type: str, returned: success}
-    unit_restart: {description: The unit's Restart= setting, or null., type: str, returned: success}
-    unit_active: {description: The unit's ActiveState, or null., type: str, returned: success}
-    gpus: {description: Indices of the GPUs it holds (context or handle)., type: list, elements: int, returned: success}
-    context_gpus: {description: Indices of the GPUs where it holds a context., type: list, elements: int, returned: success}
-    gpu_memory_mib: {description: MiB per GPU index as NVML charges it, or null when NVML does not list it., type: dict, returned: success}
-    evidence: {description: "Subset of nvml, fd, mmap.", type: list, elements: str, returned: success}
-    kind: {description: "context (NVML lists it or it maps a per-GPU node) or handle (fds only).", type: str, returned: success}
-    other_pid_namespace: {description: It runs in another PID namespace than this module (a container)., type: bool, returned: success}
-    protected: {description: Never signalled by this collection., type: bool, returned: success}
-    protected_reason: {description: Why it is protected, or null., type: str, returned: success}
+    pid:
+      description: "Process id in this PID namespace."
+      type: int
+      returned: success
+    start_time:
+      description: "Start time in clock ticks after boot; with pid the process identity."
+      type: int
+      returned: success
+    name:
+      description: "Process name (comm)."
+      type: str
+      returned: success
+    cmdline:
+      description: "Command line."
+      type: str
+      returned: success
+    user:
+      description: "Owner."
+      type: str
+      returned: success
+    state:
+      description: "running, sleeping, disk-sleep, zombie, stopped, ..."
+      type: str
+      returned: success
+    wchan:
+      description: "Kernel function a disk-sleep process waits in, else null."
+      type: str
+      returned: success
+    ppid:
+      description: "Parent PID."
+      type: int
+      returned: success
+    parent_name:
+      description: "Parent's name when known (the process that must reap a zombie)."
+      type: str
+      returned: success
+    unit:
+      description: "systemd unit owning it (from /proc/PID/cgroup), or null."
+      type: str
+      returned: success
+    unit_restart:
+      description: "The unit's Restart= setting, or null."
+      type: str
+      returned: success
+    unit_active:
+      description: "The unit's ActiveState, or null."
+      type: str
+      returned: success
+    gpus:
+      description: "Indices of the GPUs it holds (context or handle)."
+      type: list
+      elements: int
+      returned: success
+    context_gpus:
+      description: "Indices of the GPUs where it holds a context."
+      type: list
+      elements: int
+      returned: success
+    gpu_memory_mib:
+      description: "MiB per GPU index as NVML charges it, or null when NVML does not list it."
+      type: dict
+      returned: success
+    evidence:
+      description: "Subset of nvml, fd, mmap."
+      type: list
+      elements: str
+      returned: success
+    kind:
+      description: "context (NVML lists it or it maps a per-GPU node) or handle (fds only)."
+      type: str
+      returned: success
+    other_pid_namespace:
+      description: "It runs in another PID namespace than this module (a container)."
+      type: bool
+      returned: success
+    protected:
+      description: "Never signalled by this collection."
+      type: bool
+      returned: success
+    protected_reason:
+      description: "Why it is protected, or null."
+      type: str
+      returned: success
 clients:
   description: Processes with only shared NVIDIA nodes open (monitors, NVML users); same keys as RV(holders).
   returned: success

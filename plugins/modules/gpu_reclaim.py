@@ -32,7 +32,7 @@ description:
     still used, each PID left with its state, and the next lever (reset, reboot, the host
     outside this container).
 author:
-  - gpuops.reclaim contributors
+  - gpuops.reclaim maintainers (@gpuops)
 requirements:
   - nvidia-ml-py (python module C(pynvml)) on the managed host, or C(nvidia-smi).
   - root, to signal other users' processes and to stop units.
@@ -153,13 +153,34 @@ actions:
   type: list
   elements: dict
   contains:
-    at_s: {description: Seconds since the module started., type: float, returned: always}
-    step: {description: "stop_unit, sigterm, sigkill, rescan, unreachable, wait_release, persistence_off, reset, persistence_on.", type: str, returned: always}
-    pid: {description: The process, for signal steps., type: int, returned: when a process is concerned}
-    name: {description: Its name., type: str, returned: when a process is concerned}
-    unit: {description: The unit, for stop_unit., type: str, returned: when a unit is concerned}
-    gpu: {description: The GPU index, for reset steps., type: int, returned: when a GPU is concerned}
-    result: {description: "sent, gone (exited before), reused (PID now another process: not signalled), refused: ..., stopped, planned, ok, failed ...", type: str, returned: always}
+    at_s:
+      description: "Seconds since the module started."
+      type: float
+      returned: always
+    step:
+      description: "stop_unit, sigterm, sigkill, rescan, unreachable, wait_release, persistence_off, reset, persistence_on."
+      type: str
+      returned: always
+    pid:
+      description: "The process, for signal steps."
+      type: int
+      returned: when a process is concerned
+    name:
+      description: "Its name."
+      type: str
+      returned: when a process is concerned
+    unit:
+      description: "The unit, for stop_unit."
+      type: str
+      returned: when a unit is concerned
+    gpu:
+      description: "The GPU index, for reset steps."
+      type: int
+      returned: when a GPU is concerned
+    result:
+      description: "sent, gone (exited before), reused (PID now another process: not signalled), refused: ..., stopped, planned, ok, failed ..."
+      type: str
+      returned: always
   sample:
     - {at_s: 0.012, step: sigterm, pid: 194909, name: "sglang::schedul", result: sent}
     - {at_s: 1.034, step: sigkill, pid: 194909, name: "sglang::schedul", result: sent}
@@ -215,7 +236,7 @@ def main():
             gpus=dict(type='list', elements='str', default=[]),
             term_timeout=dict(type='float', default=30.0),
             release_timeout=dict(type='float', default=60.0),
-            passes=dict(type='int', default=3),
+            passes=dict(type='int', default=3, no_log=False),
             stop_units=dict(type='bool', default=True),
             protect=dict(type='list', elements='str', default=[]),
             match=dict(type='list', elements='str', default=[]),

@@ -220,7 +220,7 @@ def s3_seed_incident(ctx):
               all(v is not None and v >= child_mib for v in held.values()), held)
 
     # What a user sees, then the fix.
-    _, seen = ctx.ansible('gpu_holders', {'gpus': [str(g) for g in gpus]})
+    _unused, seen = ctx.ansible('gpu_holders', {'gpus': [str(g) for g in gpus]})
     for c in children + [ign['pid']]:
         h = _by_pid(seen, c)
         ctx.check('gpu_holders finds PID %d as a context holder' % c, h and h.get('kind') == 'context',
@@ -280,12 +280,12 @@ def s4_forked_child(ctx):
     ctx.check('the memory stays while the forked child lives', used - suite.baseline[0] >= mib,
               used - suite.baseline[0], hard=False)
     ctx.check('the forked child is alive', alive(child))
-    _, seen = ctx.ansible('gpu_holders', {'gpus': ['0']})
+    _unused, seen = ctx.ansible('gpu_holders', {'gpus': ['0']})
     h = _by_pid(seen, child)
     ctx.check('gpu_holders finds the forked child', h is not None)
     if h:
-        ctx.num('child_entry', dict((k, h.get(k)) for k in ('kind', 'evidence', 'gpus', 'context_gpus',
-                                                           'gpu_memory_mib', 'ppid')))
+        fields = ('kind', 'evidence', 'gpus', 'context_gpus', 'gpu_memory_mib', 'ppid')
+        ctx.num('child_entry', dict((k, h.get(k)) for k in fields))
         ctx.check('as a context holder through its mapping (mmap), not NVML',
                   h.get('kind') == 'context' and 'mmap' in (h.get('evidence') or [])
                   and 'nvml' not in (h.get('evidence') or []), h.get('evidence'))
@@ -301,9 +301,9 @@ def s4_forked_child(ctx):
                         for a in res.get('actions') or []])
     ctx.check('gpu_reclaim reports free', res.get('free') is True and not res.get('failed'),
               res.get('msg'), hard=_baseline_free(ctx, [0]))
-    ctx.check('the child was signalled', any(p == child and r == 'sent' for _, p, r in _actions(res)))
+    ctx.check('the child was signalled', any(p == child and r == 'sent' for _unused, p, r in _actions(res)))
     ctx.check('the dead parent PID was never signalled',
-              not any(p == parent for _, p, _r in _actions(res)))
+              not any(p == parent for _unused, p, _r in _actions(res)))
     _verify_free_after(ctx, [0], [child], started)
 
 
@@ -347,7 +347,7 @@ def s6_protected(ctx):
     ctx.num('protected', {'pid': p['pid'], 'comm': p['comm'], 'cmdline': p['cmdline']})
     ctx.num('victim_pid', v['pid'])
     ctx.check('the protected process is named nv-hostengine', p['comm'] == 'nv-hostengine', p['comm'])
-    _, seen = ctx.ansible('gpu_holders', {'gpus': ['0']})
+    _unused, seen = ctx.ansible('gpu_holders', {'gpus': ['0']})
     h = _by_pid(seen, p['pid'])
     ctx.check('gpu_holders lists it protected (infrastructure)',
               h is not None and h.get('protected') and 'nv-hostengine' in (h.get('protected_reason') or ''),
@@ -360,9 +360,9 @@ def s6_protected(ctx):
     ctx.num('actions', [dict((k, a.get(k)) for k in ('at_s', 'step', 'pid', 'result'))
                         for a in res.get('actions') or []])
     acts = _actions(res)
-    ctx.check('the protected PID was never signalled', not any(pid == p['pid'] for _, pid, _r in acts), acts)
+    ctx.check('the protected PID was never signalled', not any(pid == p['pid'] for _unused, pid, _r in acts), acts)
     ctx.check('the ordinary holder was signalled', ('sigterm', v['pid'], 'sent') in acts, acts)
-    gone, _ = wait_for(lambda: not alive(v['pid']), 10)
+    gone, _unused = wait_for(lambda: not alive(v['pid']), 10)
     ctx.check('the ordinary holder is gone', gone)
     ctx.check('the protected holder is alive', alive(p['pid']))
     ctx.check('gpu_reclaim fails (GPU 0 still held by a protected process)',

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The collection's scenarios against real NVIDIA GPUs, through Ansible as a user runs it.
 
 Run it through tests/gpu/run (which installs the carried wheels first). It writes
@@ -86,7 +85,7 @@ def run_cmd(argv, timeout, env=None):
     started = time.monotonic()
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                             env=env, stdin=subprocess.DEVNULL, universal_newlines=True)
+                             env=env, stdin=subprocess.DEVNULL, universal_newlines=True, check=False)
         return out.returncode, out.stdout, out.stderr, round(time.monotonic() - started, 3)
     except subprocess.TimeoutExpired as exc:
         return 124, _s(exc.stdout), _s(exc.stderr) + '\n(timed out after %ss)' % timeout, \
@@ -172,7 +171,7 @@ def nvml_read():
 
 
 def smi_table():
-    rc, out, err, _ = run_cmd(SMI_QUERY, 30)
+    rc, out, err, _unused = run_cmd(SMI_QUERY, 30)
     if rc != 0:
         raise StepError('nvidia-smi failed (rc=%d): %s' % (rc, tail(err or out, 500)))
     rows = {}
@@ -324,7 +323,7 @@ class Suite(object):
     def kill_ours(self, timeout=10.0):
         """SIGKILL every live process of this run, and wait until they are gone."""
         killed = []
-        for _ in range(5):
+        for _unused in range(5):
             pids = self.ours()
             if not pids:
                 break
@@ -434,7 +433,7 @@ class Suite(object):
         fatal = []
         rc, out, err, wall = run_cmd(['nvidia-smi', '-L'], 30)
         pre['nvidia_smi_L'] = {'rc': rc, 'out': tail(out or err, 2000), 'wall_s': wall}
-        rc, out, err, _ = run_cmd(['nvidia-smi', '--query-gpu=index,name,driver_version,memory.used,'
+        rc, out, err, _unused = run_cmd(['nvidia-smi', '--query-gpu=index,name,driver_version,memory.used,'
                                    'memory.total,persistence_mode,mig.mode.current',
                                    '--format=csv,noheader'], 30)
         pre['nvidia_smi_query'] = tail(out or err, 2000)
@@ -605,8 +604,8 @@ def render_text(report):
             lines.append('  %-32s %s' % (key, _short(value, 400)))
     lines.append('')
     for sc in report.get('scenarios', []):
-        lines.append('[%s] %s: %s  (%ss)' % (sc['status'].upper(), sc['name'], sc['title'],
-                                              sc.get('duration_s', '-')))
+        lines.append('[%s] %s: %s  (%ss)'
+                     % (sc['status'].upper(), sc['name'], sc['title'], sc.get('duration_s', '-')))
         for key, value in sc['numbers'].items():
             lines.append('    %-38s %s' % (key, _short(value, 400)))
         for c in sc['checks']:
@@ -644,7 +643,7 @@ def render_text(report):
 
 def main(argv=None):
     from scenarios import SCENARIOS  # pylint: disable=import-outside-toplevel
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--out', default=os.environ.get('OUT') or os.path.join(REPO, 'gpu-report'))
     parser.add_argument('--budget', type=float, default=float(os.environ.get('GPU_SUITE_BUDGET', 320)),
                         help='seconds for the whole suite (default 320)')

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """GPU holder workloads for the real-GPU suite (tests/gpu/run): processes that hold real GPU
 memory through torch, the way inference servers do.
 
@@ -232,7 +231,7 @@ def cmd_server(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     sub = parser.add_subparsers(dest='cmd', required=True)
     for name in ('hold', 'server'):
         p = sub.add_parser(name)

@@ -54,7 +54,7 @@ def test_mapping_is_a_context_fd_only_is_a_handle_shared_nodes_are_clients():
         proc(11, fds=('/dev/nvidia1', '/dev/nvidiactl')),
         proc(12, name='nvidia-smi', fds=('/dev/nvidiactl', '/dev/nvidia-uvm')),
     ])
-    holders, clients, _ = classify(s)
+    holders, clients, _unused = classify(s)
     by_pid = dict((h['pid'], h) for h in holders)
     assert by_pid[10]['kind'] == 'context' and by_pid[10]['gpus'] == [0]
     assert by_pid[10]['evidence'] == ['fd', 'mmap']
@@ -65,13 +65,13 @@ def test_mapping_is_a_context_fd_only_is_a_handle_shared_nodes_are_clients():
 def test_device_nodes_are_mapped_through_minor_numbers_not_names():
     # GPU index 0 has minor 3: /dev/nvidia3 is GPU 0, /dev/nvidia0 is GPU 3.
     s = snap([gpu(0, minor=3), gpu(3, minor=0)], [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
-    holders, _, _ = classify(s)
+    holders, _unused, _unused = classify(s)
     assert holders[0]['gpus'] == [0]
 
 
 def test_nvml_listing_gives_memory_and_context():
     s = snap([gpu(2, used=1024, processes=[(10, 1024)])], [proc(10, fds=['/dev/nvidia2'])])
-    (holder,), _, _ = classify(s)
+    (holder,), _unused, _unused = classify(s)
     assert holder['kind'] == 'context' and holder['gpu_memory_mib'] == {'2': 1024}
     assert holder['evidence'] == ['fd', 'nvml']
 
@@ -79,7 +79,7 @@ def test_nvml_listing_gives_memory_and_context():
 def test_nvml_pid_resolving_to_a_process_without_device_is_unconfirmed():
     # A host PID reported inside a container can name an unrelated local process.
     s = snap([gpu(0, used=4000, processes=[(10, 4000)])], [proc(10, name='bash')])
-    holders, _, unconfirmed = classify(s)
+    holders, _unused, unconfirmed = classify(s)
     assert holders == [] and unconfirmed == [{'pid': 10, 'name': 'bash', 'gpus': [0]}]
 
 
@@ -94,14 +94,14 @@ def test_nvml_pid_resolving_to_a_process_without_device_is_unconfirmed():
 ])
 def test_infrastructure_is_protected(name, cmdline, reason):
     s = snap([gpu(0)], [proc(10, name=name, cmdline=cmdline, fds=CTX, maps=CTX)])
-    (holder,), _, _ = classify(s)
+    (holder,), _unused, _unused = classify(s)
     assert holder['protected'] and reason in holder['protected_reason']
 
 
 def test_misleading_names_are_not_protected():
     s = snap([gpu(0)], [proc(10, name='[kworker/2:1]', fds=CTX, maps=CTX),
                         proc(11, name='sshd-helper', cmdline='sshd-helper', fds=CTX, maps=CTX)])
-    holders, _, _ = classify(s)
+    holders, _unused, _unused = classify(s)
     assert [h['protected'] for h in holders] == [False, False]
 
 
@@ -114,7 +114,7 @@ def test_init_kernel_threads_own_tree_container_init_and_user_patterns_are_prote
         proc(50, name='jupyter', cmdline='jupyter-lab --port 8888', fds=CTX, maps=CTX),
         proc(60, name='python3', fds=CTX, maps=CTX),
     ])
-    holders, _, _ = classify(s, patterns=['^jupyter'], own_tree={30})
+    holders, _unused, _unused = classify(s, patterns=['^jupyter'], own_tree={30})
     reasons = dict((h['pid'], h['protected_reason']) for h in holders)
     assert 'init process' in reasons[1]
     assert reasons[2] == 'kernel thread'
@@ -127,7 +127,7 @@ def test_init_kernel_threads_own_tree_container_init_and_user_patterns_are_prote
 def test_module_itself_and_its_children_are_not_listed():
     s = snap([gpu(0)], [proc(500, fds=CTX), proc(501, name='nvidia-smi', ppid=500, fds=CTX, maps=CTX)],
              own_pid=500)
-    holders, clients, _ = classify(s)
+    holders, clients, _unused = classify(s)
     assert holders == [] and clients == []
 
 
@@ -162,7 +162,7 @@ def test_compile_patterns_names_the_bad_regex():
 def test_gpu_free_needs_low_memory_and_no_context():
     s = snap([gpu(0, used=0), gpu(1, used=50), gpu(2, used=5000), gpu(3, used=10)],
              [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
-    holders, _, _ = classify(s)
+    holders, _unused, _unused = classify(s)
     rows = decide.gpu_table(s, holders, [0, 1, 2, 3], free_threshold_mib=128)
     assert [r['free'] for r in rows] == [True, True, False, False]
     assert rows[3]['holders'] == [10]
@@ -176,29 +176,30 @@ def test_plan_targets_keeps_scope_match_and_protection():
         proc(13, name='trainer', fds=CTX, maps=CTX),                                            # no match
         proc(14, name='sglang::schedul', fds=['/dev/nvidia0']),                                 # handle
     ])
-    holders, _, _ = classify(s)
+    holders, _unused, _unused = classify(s)
     targets, left = decide.plan_targets(holders, [0], [re.compile('sglang')], include_handles=False)
     assert [t['pid'] for t in targets] == [10]
     assert dict((h['pid'], h['reason']) for h in left) == {
         12: 'protected: GPU or cluster infrastructure (nv-hostengine)',
         13: 'does not match the match filter'}
-    targets, _ = decide.plan_targets(holders, [0], [re.compile('sglang')], include_handles=True)
+    targets, _unused = decide.plan_targets(holders, [0], [re.compile('sglang')], include_handles=True)
     assert [t['pid'] for t in targets] == [10, 14]
 
 
 def test_zombies_are_left_for_their_parent():
     s = snap([gpu(0, used=900, processes=[(10, 900)])],
              [proc(10, state='zombie', ppid=77), proc(77, name='launcher')])
-    holders, _, _ = classify(s)
+    holders, _unused, _unused = classify(s)
     targets, left = decide.plan_targets(holders, [0], [], False)
     assert targets == [] and 'parent PID 77' in left[0]['reason']
 
 
 def test_units_to_stop_skips_scopes_infrastructure_and_own_session_units():
-    mk = lambda pid, cg: proc(pid, fds=CTX, maps=CTX, cgroup='0::/system.slice/' + cg)  # noqa: E731
+    def mk(pid, unit):
+        return proc(pid, fds=CTX, maps=CTX, cgroup='0::/system.slice/' + unit)
     s = snap([gpu(0)], [mk(10, 'sglang.service'), mk(11, 'ssh.service'), mk(12, 'ansible-pull.service'),
                         mk(13, 'sglang.service'), proc(14, fds=CTX, maps=CTX)])
-    holders, _, _ = classify(s)
+    holders, _unused, _unused = classify(s)
     assert decide.units_to_stop(holders, {'ansible-pull.service'}) == ['sglang.service']
 
 
@@ -213,7 +214,7 @@ def test_diagnosis_memory_without_visible_holder():
 def test_diagnosis_dead_parent_memory_held_by_inheriting_child():
     s = snap([gpu(0, used=4614, processes=[(10, 4614)])],
              [proc(11, name='worker', fds=CTX, maps=CTX)], missing=[10])
-    holders, _, unconfirmed = classify(s)
+    holders, _unused, unconfirmed = classify(s)
     rows = decide.gpu_table(s, holders, [0], 128)
     text = ' '.join(decide.diagnose(s, holders, unconfirmed, rows))
     assert 'NVML charges 4614 MiB to PID 10, which has exited; PID 11 (worker) still maps' in text
@@ -236,7 +237,7 @@ def test_diagnosis_d_state_zombie_and_restarting_unit():
         proc(77, name='launcher'),
     ])
     s.procs[10].wchan = 'uvm_gpu_retain_by_uuid'
-    holders, _, unconfirmed = classify(s, units={'hog.service': ('always', 'active')})
+    holders, _unused, unconfirmed = classify(s, units={'hog.service': ('always', 'active')})
     text = ' '.join(decide.diagnose(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
     assert 'PID 10 (python3) is in uninterruptible sleep (D, wchan uvm_gpu_retain_by_uuid)' in text
     assert 'PID 11 (python3) is a zombie' in text and 'parent PID 77 (launcher) must reap it' in text
@@ -245,7 +246,7 @@ def test_diagnosis_d_state_zombie_and_restarting_unit():
 
 def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     s = snap([gpu(2, used=76107)], [proc(10, state='disk-sleep', fds=['/dev/nvidia2'], maps=['/dev/nvidia2'])])
-    holders, _, _ = classify(s)
+    holders, _unused, _unused = classify(s)
     rows = decide.gpu_table(s, holders, [2], 128)
     msg = decide.failure_message(rows, holders, 12.34, allow_reset=False)
     assert msg.startswith('GPU 2 (GPU-00000002-0000) still holds 76107 MiB after 12.3 s: PID 10 (python3) '

@@ -51,7 +51,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("argv,named", BAD, ids=[" ".join(a) for a, _ in BAD])
+@pytest.mark.parametrize("argv,named", BAD, ids=[" ".join(a) for a, _unused in BAD])
 def test_bad_input_is_refused_and_changes_nothing(root, argv, named):
     before = root.config()
     dev_before = sorted(os.listdir(os.path.join(root.path, "dev")))

@@ -101,7 +101,7 @@ def test_ladder_spares_protected_and_out_of_scope_and_frees_or_explains(tmp_path
             if not gpus & selected:
                 assert still, 'out-of-scope PID %d on GPU %s was killed' % (pid, gpus)
         signalled = set(a['pid'] for a in result['actions'] if a['result'] == 'sent')
-        protected_pids = set(pid for pid, _, name, _ in identities if name in PROTECTED_NAMES)
+        protected_pids = set(pid for pid, _unused, name, _unused in identities if name in PROTECTED_NAMES)
         assert not signalled & protected_pids
         if result['free']:
             assert all(row['free'] for row in result['after'])

@@ -43,8 +43,8 @@ def _map(fd, size, dontfork=False):
 
 def _try_lock(fd, offset):
     try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET,
-                                                        offset, 1, 0))
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK,
+                    struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
         return True
     except BlockingIOError:
         return False
@@ -74,7 +74,7 @@ class Context:
         self._register()
 
     def _lock_unique_byte(self):
-        for _ in range(1000):
+        for _unused in range(1000):
             offset = secrets.randbits(40) + 1
             if _try_lock(self.gpu_fd, offset):
                 return offset

@@ -49,7 +49,7 @@ def free_mib(index):
 def check_fits(specs):
     """Refuses, like cudaMalloc's out-of-memory, what does not fit in free memory now."""
     wanted = {}
-    for idx, mib, _ in specs:
+    for idx, mib, _unused in specs:
         wanted[idx] = wanted.get(idx, 0) + mib
     try:
         for idx, mib in sorted(wanted.items()):
@@ -67,7 +67,7 @@ def validate(args):
     kids = [parse_spec(s, "--child", with_title=True) for s in args.child]
     if not own and not kids:
         raise UsageError("hold: give at least one --gpu IDX:MIB or --child IDX:MIB")
-    for idx, _, _ in own + kids:
+    for idx, _unused, _unused in own + kids:
         config.gpu_by_index(cfg, idx)
     for opt, val in (("--title", args.title), ("--exec-name", args.exec_name)):
         if val is not None and (not val or "\0" in val or "\n" in val):
@@ -117,7 +117,7 @@ def run(args):
         proctitle.set_title(args.title, comm=args.exec_name)
     elif args.exec_name:
         proctitle.set_comm(args.exec_name)
-    contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _ in own]
+    contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _unused in own]
     children = [spawn_child(idx, mib, title, args) for idx, mib, title in kids]
     for proc, r in children:
         wait_child_ready(proc, r)
@@ -132,7 +132,7 @@ def run(args):
         os.write(args.notify_fd, b"ready\n")
         os.close(args.notify_fd)
     if args.ready_file:
-        spawned = [p.pid for p, _ in children]
+        spawned = [p.pid for p, _unused in children]
         write_ready(args.ready_file, {
             "pid": visible_pid(),
             "ns_pid": os.getpid(),

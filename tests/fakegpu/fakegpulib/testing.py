@@ -79,7 +79,7 @@ class FakeGpuRoot:
 
     def smi(self, *args):
         return subprocess.run([sys.executable, NVIDIA_SMI] + list(args), env=self.env,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, check=False)
 
     def setup(self, *args):
         return self.fakegpu("setup", *args)
@@ -98,8 +98,8 @@ class FakeGpuRoot:
         deadline = time.monotonic() + timeout
         while not os.path.exists(ready_file):
             if proc.poll() is not None:
-                raise RuntimeError("hold exited %s: %s" % (proc.returncode,
-                                                         proc.stderr.read().decode()))
+                raise RuntimeError("hold exited %s: %s"
+                                   % (proc.returncode, proc.stderr.read().decode()))
             if time.monotonic() > deadline:
                 raise RuntimeError("hold not ready after %ss" % timeout)
             time.sleep(0.02)
