@@ -433,9 +433,9 @@ class Suite(object):
         fatal = []
         rc, out, err, wall = run_cmd(['nvidia-smi', '-L'], 30)
         pre['nvidia_smi_L'] = {'rc': rc, 'out': tail(out or err, 2000), 'wall_s': wall}
-        rc, out, err, _unused = run_cmd(['nvidia-smi', '--query-gpu=index,name,driver_version,memory.used,'
-                                   'memory.total,persistence_mode,mig.mode.current',
-                                   '--format=csv,noheader'], 30)
+        query = ('--query-gpu=index,name,driver_version,memory.used,memory.total,persistence_mode,'
+                 'mig.mode.current')
+        rc, out, err, _unused = run_cmd(['nvidia-smi', query, '--format=csv,noheader'], 30)
         pre['nvidia_smi_query'] = tail(out or err, 2000)
         if self.backend == 'torch':
             rc, out, err, wall = run_cmd(
