@@ -16,7 +16,9 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.collections import is_sequence
-from ansible.module_utils.six import string_types
+
+# Filters run on the controller (Python 3 only): str is the only string type.
+string_types = (str,)
 
 ENGINES = ("sglang", "vllm")
 _KEY = re.compile(r"^(--)?[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -119,7 +119,41 @@ def _holdings(proc, minor_to_index, nvml_gpus):
     return evidence
 
 
-def classify(snapshot, protect_patterns, own_tree, units=None):
+def orphaned_gpus(snapshot, free_threshold_mib):
+    """GPUs whose memory NVML does not pin on a live process here.
+
+    Either NVML charges a PID that is gone, a zombie or from another namespace (a forked child
+    may hold that memory through inherited mappings), or it lists nobody while memory is used.
+    """
+    def holds_here(pid):
+        proc = snapshot.procs.get(pid)
+        return proc is not None and proc.state != 'zombie' and bool(proc.dev_fds or proc.dev_maps)
+
+    orphaned = set()
+    for gpu in snapshot.gpus:
+        pids = [pid for pid, _mib in gpu.processes]
+        if not all(holds_here(pid) for pid in pids):
+            orphaned.add(gpu.index)
+        elif not pids and gpu.used_mib > free_threshold_mib:
+            orphaned.add(gpu.index)
+    return orphaned
+
+
+def context_gpus_of(evidence, listed, orphaned):
+    """Where a process holds a context, from its evidence per GPU.
+
+    A real CUDA process opens and maps the device node of every visible GPU, also where it
+    has no context (measured on a 2x H200 host), so a mapping alone cannot name its GPUs.
+    NVML's list is the truth for the processes it lists; a process it does not list holds a
+    context only on a mapped GPU whose memory NVML charges to nobody alive (the forked child
+    that inherited a dead parent's context).
+    """
+    if listed:
+        return sorted(listed)
+    return sorted(i for i, ev in evidence.items() if 'mmap' in ev and i in orphaned)
+
+
+def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mib=128):
     """Turn a snapshot into (holders, clients, unconfirmed).
 
     holders: processes holding a particular GPU (context or handle).
@@ -129,6 +163,7 @@ def classify(snapshot, protect_patterns, own_tree, units=None):
     """
     units = units or {}
     minor_to_index = dict((gpu.minor, gpu.index) for gpu in snapshot.gpus)
+    orphaned = orphaned_gpus(snapshot, free_threshold_mib)
     nvml_mem = {}
     for gpu in snapshot.gpus:
         for pid, mib in gpu.processes:
@@ -149,7 +184,7 @@ def classify(snapshot, protect_patterns, own_tree, units=None):
                 clients.append(_describe(proc, snapshot, [], {}, set(), 'client', protect_patterns,
                                          own_tree, units, []))
             continue
-        context_gpus = sorted(i for i, ev in evidence.items() if 'nvml' in ev or 'mmap' in ev)
+        context_gpus = context_gpus_of(evidence, listed, orphaned)
         kind = 'context' if context_gpus else 'handle'
         all_evidence = set()
         for ev in evidence.values():
@@ -215,8 +250,8 @@ def gpu_table(snapshot, holders, selected, free_threshold_mib):
     for gpu in snapshot.gpus:
         if gpu.index not in selected:
             continue
-        on_gpu = [h for h in holders if gpu.index in h['gpus']]
-        contexts = [h for h in on_gpu if gpu.index in h['context_gpus']]
+        contexts = [h for h in holders if gpu.index in h['context_gpus']]
+        handles = [h for h in holders if gpu.index in h['gpus'] and h not in contexts]
         rows.append({
             'index': gpu.index,
             'uuid': gpu.uuid,
@@ -227,7 +262,8 @@ def gpu_table(snapshot, holders, selected, free_threshold_mib):
             'memory_used_mib': gpu.used_mib,
             'memory_reserved_mib': gpu.reserved_mib,
             'persistence_mode': gpu.persistence_mode,
-            'holders': [h['pid'] for h in on_gpu],
+            'holders': [h['pid'] for h in contexts],
+            'handles': [h['pid'] for h in handles],
             'free': gpu.used_mib <= free_threshold_mib and not contexts,
         })
     return rows
@@ -316,18 +352,16 @@ def holder_matches(holder, match_patterns):
     return any(p.search(holder['name']) or p.search(holder['cmdline']) for p in match_patterns)
 
 
-def plan_targets(holders, selected, match_patterns, include_handles):
-    """Split the holders of the selected GPUs into (targets, left) with a reason for each left.
+def plan_targets(holders, selected, match_patterns):
+    """Split the context holders of the selected GPUs into (targets, left), each left with a reason.
 
-    Contexts are the targets; handle-only holders join only when `include_handles` (a GPU
-    still held after every context is gone may be pinned by an inherited handle, and a reset
-    needs the device unused).
+    Handle-only holders are never targets: on a real host every CUDA process has every GPU's
+    node open, so a handle names no GPU the process uses, and killing it frees no memory.
     """
     selected = set(selected)
     targets, left = [], []
     for holder in holders:
-        gpus = set(holder['context_gpus']) | (set(holder['gpus']) if include_handles else set())
-        if not gpus & selected:
+        if not set(holder['context_gpus']) & selected:
             continue
         reason = skip_reason(holder, match_patterns)
         if reason:

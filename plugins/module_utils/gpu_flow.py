@@ -72,7 +72,8 @@ class Surveyor(object):
         own_tree = self.own_ancestors | set(
             pid for pid, p in snapshot.procs.items() if p.ppid == snapshot.own_pid)
         units = self._units_of(snapshot)
-        holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units)
+        holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
+                                                        self.free_threshold_mib)
         for holder in holders:
             if holder['parent_name'] is None and holder['ppid']:
                 parent = observe.describe_process(holder['ppid'], self.proc)
@@ -156,9 +157,7 @@ class Ladder(object):
         protected_units = self.surveyor.protected_units()
         current = first
         for attempt in range(self.passes + 1):
-            include_handles = attempt > 0 and self._only_handles_left(current)
-            targets = decide.plan_targets(current.holders, current.selected, self.match,
-                                          include_handles)[0]
+            targets = decide.plan_targets(current.holders, current.selected, self.match)[0]
             targets = [t for t in targets if (t['pid'], t['start_time']) not in self.killed]
             if not targets:
                 break
@@ -174,16 +173,6 @@ class Ladder(object):
         if not current.free and self.allow_reset:
             current = self._reset(current)
         return self._result(first, current)
-
-    def _only_handles_left(self, survey):
-        """A GPU still not free with no context left: inherited handles may pin it."""
-        for row in survey.rows:
-            if row['free']:
-                continue
-            if not any(row['index'] in h['context_gpus'] and not h['protected']
-                       for h in survey.holders):
-                return True
-        return False
 
     def _escalate(self, targets, protected_units):
         if self.stop_units:
@@ -249,7 +238,7 @@ class Ladder(object):
 
     def _plan(self, survey):
         """Check mode: what the ladder would do, from one observation, sending nothing."""
-        targets = decide.plan_targets(survey.holders, survey.selected, self.match, False)[0]
+        targets = decide.plan_targets(survey.holders, survey.selected, self.match)[0]
         if self.stop_units:
             for unit in decide.units_to_stop(targets, self.surveyor.protected_units()):
                 self._record('stop_unit', 'planned', unit=unit)
@@ -270,8 +259,13 @@ class Ladder(object):
         elapsed = round(self.clock() - self.started, 3)
         remaining = []
         if not last.free:
-            targets, left = decide.plan_targets(last.holders, last.selected, self.match, True)
+            targets, left = decide.plan_targets(last.holders, last.selected, self.match)
             remaining = left + [dict(t, reason='survived the ladder') for t in targets]
+            held = set(row['index'] for row in last.rows if not row['free'])
+            seen = set(h['pid'] for h in remaining)
+            # Handles on a GPU still held block its reset; name them, never signal them.
+            remaining += [dict(h, reason='has the device open (blocks a reset)') for h in last.holders
+                          if h['pid'] not in seen and set(h['gpus']) & held]
         changed_results = ('sent', 'stopped', 'ok')
         changed = any(a['result'] in changed_results or a['result'].startswith('stopping')
                       for a in self.actions)

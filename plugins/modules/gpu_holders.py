@@ -16,10 +16,13 @@ description:
   - Reads NVML (through nvidia-ml-py) for each GPU's memory and the contexts the driver lists,
     and C(/proc) for every process that has a per-GPU device node (C(/dev/nvidia<minor>)) open
     or mapped, and merges them per process.
-  - A process is a C(context) holder when NVML lists it on a GPU or it maps that GPU's device
-    node, and a C(handle) holder when it only has the device node open. Processes that only have
-    shared nodes (C(/dev/nvidiactl), C(/dev/nvidia-uvm)) open, such as monitoring tools, are
-    returned apart as RV(clients).
+  - A process is a C(context) holder of a GPU when NVML lists it there, or, for a process NVML
+    does not list, when it maps that GPU's device node and NVML charges the GPU's memory to no
+    live process here (the forked child that inherited a dead parent's context). It is a
+    C(handle) holder of a GPU whose node it has open or mapped without a context there: a real
+    CUDA process opens and maps the node of every visible GPU. Processes that only have shared
+    nodes (C(/dev/nvidiactl), C(/dev/nvidia-uvm)) open, such as monitoring tools, are returned
+    apart as RV(clients).
   - Device nodes are mapped to GPU indices through NVML's minor numbers, never by assuming
     that C(/dev/nvidiaN) is GPU N.
   - Marks processes that must never be signalled (PID 1, kernel threads, this module and the
@@ -147,7 +150,12 @@ gpus:
       type: bool
       returned: success
     holders:
-      description: "PIDs holding this GPU (contexts and handles)."
+      description: "PIDs holding a context on this GPU."
+      type: list
+      elements: int
+      returned: success
+    handles:
+      description: "PIDs with this GPU's device node open or mapped but no context on it; they block a reset."
       type: list
       elements: int
       returned: success
@@ -158,7 +166,7 @@ gpus:
   sample:
     - {index: 2, uuid: GPU-5d1c..., name: NVIDIA H200, pci_bus_id: "00000000:3B:00.0", minor_number: 2,
        memory_total_mib: 143771, memory_used_mib: 76107, memory_reserved_mib: 615, persistence_mode: true,
-       holders: [194909], free: false}
+       holders: [194909], handles: [], free: false}
 holders:
   description: One entry per process holding a selected GPU.
   returned: success
@@ -233,7 +241,7 @@ holders:
       elements: str
       returned: success
     kind:
-      description: "context (NVML lists it or it maps a per-GPU node) or handle (fds only)."
+      description: "context (it holds a context on at least one GPU, see context_gpus) or handle (device nodes only)."
       type: str
       returned: success
     other_pid_namespace:

@@ -49,7 +49,9 @@ def classify(s, patterns=(), own_tree=frozenset(), units=None):
 
 
 def test_mapping_is_a_context_fd_only_is_a_handle_shared_nodes_are_clients():
-    s = snap([gpu(0), gpu(1)], [
+    # GPU 0's memory is charged to nobody NVML can name (another namespace, say): the mapping
+    # is what shows the context.
+    s = snap([gpu(0, used=900), gpu(1)], [
         proc(10, fds=CTX, maps=CTX),
         proc(11, fds=('/dev/nvidia1', '/dev/nvidiactl')),
         proc(12, name='nvidia-smi', fds=('/dev/nvidiactl', '/dev/nvidia-uvm')),
@@ -67,6 +69,28 @@ def test_device_nodes_are_mapped_through_minor_numbers_not_names():
     s = snap([gpu(0, minor=3), gpu(3, minor=0)], [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
     holders, _unused, _unused = classify(s)
     assert holders[0]['gpus'] == [0]
+
+
+ALL = ('/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm')
+
+
+def test_a_cuda_process_maps_every_gpu_but_holds_a_context_only_where_nvml_lists_it():
+    # Measured on 2x H200: a torch process on GPU 0 opens and maps /dev/nvidia1 as well.
+    s = snap([gpu(0, used=1642, processes=[(10, 1634)]), gpu(1)], [proc(10, fds=ALL, maps=ALL)])
+    (holder,), _unused, _unused = classify(s)
+    assert holder['context_gpus'] == [0] and holder['gpus'] == [0, 1]
+    rows = decide.gpu_table(s, [holder], [0, 1], 128)
+    assert [(r['holders'], r['handles'], r['free']) for r in rows] == [([10], [], False), ([], [10], True)]
+    assert decide.plan_targets([holder], [1], [])[0] == []
+    assert [t['pid'] for t in decide.plan_targets([holder], [0], [])[0]] == [10]
+
+
+def test_a_forked_child_holds_the_context_where_nvml_charges_its_dead_parent():
+    s = snap([gpu(0, used=4614, processes=[(10, 4614)]), gpu(1)],
+             [proc(11, name='worker', fds=ALL, maps=('/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl'))],
+             missing=[10])
+    (child,), _unused, _unused = classify(s)
+    assert child['context_gpus'] == [0] and child['kind'] == 'context' and child['evidence'] == ['fd', 'mmap']
 
 
 def test_nvml_listing_gives_memory_and_context():
@@ -160,7 +184,7 @@ def test_compile_patterns_names_the_bad_regex():
 
 
 def test_gpu_free_needs_low_memory_and_no_context():
-    s = snap([gpu(0, used=0), gpu(1, used=50), gpu(2, used=5000), gpu(3, used=10)],
+    s = snap([gpu(0, used=0), gpu(1, used=50), gpu(2, used=5000), gpu(3, used=10, processes=[(10, 10)])],
              [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
     holders, _unused, _unused = classify(s)
     rows = decide.gpu_table(s, holders, [0, 1, 2, 3], free_threshold_mib=128)
@@ -169,7 +193,8 @@ def test_gpu_free_needs_low_memory_and_no_context():
 
 
 def test_plan_targets_keeps_scope_match_and_protection():
-    s = snap([gpu(0), gpu(1)], [
+    s = snap([gpu(0, used=3000, processes=[(10, 1000), (12, 1000), (13, 1000)]),
+              gpu(1, used=1000, processes=[(11, 1000)])], [
         proc(10, name='sglang::schedul', fds=CTX, maps=CTX),                                   # target
         proc(11, name='python3', fds=['/dev/nvidia1'], maps=['/dev/nvidia1']),                  # other GPU
         proc(12, name='nv-hostengine', fds=CTX, maps=CTX),                                      # protected
@@ -177,20 +202,19 @@ def test_plan_targets_keeps_scope_match_and_protection():
         proc(14, name='sglang::schedul', fds=['/dev/nvidia0']),                                 # handle
     ])
     holders, _unused, _unused = classify(s)
-    targets, left = decide.plan_targets(holders, [0], [re.compile('sglang')], include_handles=False)
+    targets, left = decide.plan_targets(holders, [0], [re.compile('sglang')])
     assert [t['pid'] for t in targets] == [10]
     assert dict((h['pid'], h['reason']) for h in left) == {
         12: 'protected: GPU or cluster infrastructure (nv-hostengine)',
         13: 'does not match the match filter'}
-    targets, _unused = decide.plan_targets(holders, [0], [re.compile('sglang')], include_handles=True)
-    assert [t['pid'] for t in targets] == [10, 14]
+    assert 14 not in [h['pid'] for h in left]   # a handle is never a target, nor "left"
 
 
 def test_zombies_are_left_for_their_parent():
     s = snap([gpu(0, used=900, processes=[(10, 900)])],
              [proc(10, state='zombie', ppid=77), proc(77, name='launcher')])
     holders, _unused, _unused = classify(s)
-    targets, left = decide.plan_targets(holders, [0], [], False)
+    targets, left = decide.plan_targets(holders, [0], [])
     assert targets == [] and 'parent PID 77' in left[0]['reason']
 
 
