@@ -373,6 +373,33 @@ def s6_protected(ctx):
     ctx.check('the failure message names the PID', str(p['pid']) in (res.get('msg') or ''), res.get('msg'))
 
 
+def s7_other_gpu_untouched(ctx):
+    """Every CUDA process opens and maps every GPU's node: reclaiming GPU 1 must spare GPU 0's."""
+    suite = ctx.suite
+    keep = suite.start('hold', ['--gpu', '0:1024', '--title', '%s s7-gpu0' % suite.run_id], 's7keep')
+    victim = suite.start('hold', ['--gpu', '1:1024', '--title', '%s s7-gpu1' % suite.run_id], 's7vic')
+    k = suite.wait_ready(keep)
+    v = suite.wait_ready(victim)
+    _unused, seen = ctx.ansible('gpu_holders', {'gpus': ['1']})
+    hk = _by_pid(seen, k['pid'])
+    ctx.num('gpu0_process_seen_from_gpu1', hk and dict((f, hk.get(f)) for f in
+                                                       ('kind', 'gpus', 'context_gpus', 'evidence')))
+    ctx.check('the GPU-0 process holds no context on GPU 1', hk is None or 1 not in (hk.get('context_gpus') or []),
+              hk and hk.get('context_gpus'))
+    row = [g for g in seen.get('gpus') or [] if g.get('index') == 1]
+    ctx.num('gpu1_row', row and row[0])
+    started = time.monotonic()
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [1]))
+    ctx.num('reclaim_rc', call['rc'])
+    acts = _actions(res)
+    ctx.num('actions', acts)
+    ctx.check('gpu_reclaim frees GPU 1', res.get('free') is True, res.get('msg'))
+    ctx.check('the GPU-1 holder was signalled', any(p == v['pid'] and r == 'sent' for _s, p, r in acts), acts)
+    ctx.check('the GPU-0 process was never signalled', not any(p == k['pid'] for _s, p, _r in acts), acts)
+    ctx.check('the GPU-0 process is alive', alive(k['pid']))
+    _verify_free_after(ctx, [1], [v['pid']], started)
+
+
 # name, title, function, time limit (s), needs ansible, needs GPUs
 SCENARIOS = [
     ('s1', 'NVML facts: a torch holder is listed with its memory; SIGKILL releases it', s1_nvml_facts,
@@ -386,6 +413,8 @@ SCENARIOS = [
     ('s5', 'reset in check mode: a plan, nothing signalled, nothing reset', s5_reset_check_mode, 75, True, 1),
     ('s6', 'protected infrastructure (nv-hostengine) keeps its context; the others go', s6_protected,
      90, True, 1),
+    ('s7', 'reclaiming GPU 1 spares a process of GPU 0 that has GPU 1 open and mapped', s7_other_gpu_untouched,
+     90, True, 2),
 ]
 
 __all__ = ['SCENARIOS', 'StepError']
