@@ -19,7 +19,7 @@ description:
   - A process is a C(context) holder of a GPU when NVML lists it there, or, for a process NVML
     does not list, when it maps that GPU's device node and NVML charges the GPU's memory to no
     live process here (the forked child that inherited a dead parent's context). It is a
-    C(handle) holder of a GPU whose node it has open or mapped without a context there: a real
+    C(handle) holder of a GPU whose node it has open or mapped without a context there, since a real
     CUDA process opens and maps the node of every visible GPU. Processes that only have shared
     nodes (C(/dev/nvidiactl), C(/dev/nvidia-uvm)) open, such as monitoring tools, are returned
     apart as RV(clients).
