@@ -6,7 +6,6 @@ LAB_KEEP=1 leaves them running after the session (then `tests/lab/lab down`).
 
 import json
 import os
-import shlex
 import subprocess
 import tempfile
 
@@ -15,52 +14,6 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = os.path.join(REPO, "tests", "lab", "lab")
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
-
-# Run inside a node: kill whatever `fakegpu hold` (or anything else) left holding a
-# stand-in GPU, found by the device files it has open or mapped, then wait for the kernel
-# to finish with them so the next test starts on idle GPUs.
-_KILL_HOLDERS = r"""
-import os, signal, time
-me = os.getpid()
-def holds_gpu(pid):
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/nvidia"):
-                    return True
-            except OSError:
-                pass
-        with open(f"/proc/{pid}/maps") as f:
-            if "/dev/nvidia" in f.read():
-                return True
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        return any(a.endswith(b"fakegpu") for a in argv[:2]) and b"hold" in argv
-    except OSError:
-        return False
-victims = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me) and holds_gpu(int(p))]
-for pid in victims:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-for _ in range(200):
-    left = []
-    for pid in victims:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    left.append(pid)
-        except OSError:
-            pass
-    if not left:
-        break
-    time.sleep(0.05)
-else:
-    raise SystemExit(f"GPU holders survived SIGKILL: {left}")
-print(" ".join(map(str, victims)))
-"""
-
 
 class NodeCommandError(subprocess.CalledProcessError):
     """A node command failed; the message carries its output so the test report shows it."""
@@ -133,16 +86,8 @@ class Lab:
                 return json.load(f)
 
     def reset_gpus(self, node):
-        """Kill every GPU holder on the node and put its stand-in back to a clean state."""
-        self.exec(node, "python3 -c " + shlex.quote(_KILL_HOLDERS), timeout=60)
-        self.exec(node, f"fakegpu setup --gpus {self.gpus} && fakegpu leak --clear && "
-                        "fakegpu lag --ms 0 && fakegpu hang --off", timeout=60)
-        # Allocations of killed holders stay in the stand-in's registry until an NVML
-        # reader sees them dead; with the lag now 0, one read (fakegpu status) drops them,
-        # so a later `fakegpu lag` cannot bring an old holder's memory back into a test.
-        status = json.loads(self.exec(node, "fakegpu status", timeout=60).stdout)
-        if status["allocations"]:
-            raise AssertionError(f"{node}: stand-in still lists allocations after reset: {status['allocations']}")
+        """Stop GPU-holding services, kill every holder, reset the stand-in (tests/lab/node/lab-reset-gpus)."""
+        return json.loads(self.exec(node, f"lab-reset-gpus --gpus {self.gpus}", timeout=180).stdout)
 
 
 def ansible_env():

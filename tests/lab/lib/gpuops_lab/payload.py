@@ -14,6 +14,7 @@ from . import paths, ssh
 FAKEGPU_DIR = os.path.join(paths.REPO, "tests", "fakegpu")
 FAKEGPU_LIB = os.path.join(FAKEGPU_DIR, "build", "libnvidia-ml.so.1")
 FAKESERVE_DIR = os.path.join(paths.REPO, "tests", "fakeserve")
+NODE_HELPERS = os.path.join(paths.LAB_DIR, "node")
 
 LIB_DEST = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 OPT = "opt/gpuops-lab"
@@ -102,6 +103,11 @@ def _install_dir(root, src, name):
 def install_tools(root):
     """Put the stand-in driver and commands into a node tree; return what was installed."""
     installed = []
+    # The lab's own helpers for tests, e.g. lab-reset-gpus.
+    for helper in sorted(os.listdir(NODE_HELPERS)):
+        dest = os.path.join(root, "usr/local/sbin", helper)
+        shutil.copy2(os.path.join(NODE_HELPERS, helper), dest + ".lab-new")
+        os.replace(dest + ".lab-new", dest)
     if os.path.isfile(FAKEGPU_LIB):
         dest = os.path.join(root, LIB_DEST)
         shutil.copy2(FAKEGPU_LIB, dest + ".lab-new")
