@@ -213,33 +213,50 @@ def test_leaked_memory_no_process_visible(lab, node):
     assert "reset" in said[0] and "namespace" in said[0]
 
 
+def start_in_pid_namespace(lab, node, name, gpu, mib, init_is_holder):
+    """A holder in a new PID namespace; returns (outer PID, start time).
+
+    No --ready-file: fakegpu hold reads /proc/<its namespace PID>/stat for it, which is another
+    process (or none) in the outer /proc (see the report); readiness is the memory showing.
+    """
+    title = "gpuops-t-%s" % name
+    hold_cmd = "fakegpu hold --gpu %d:%d --title %s" % (gpu, mib, title)
+    if init_is_holder:
+        cmd = "unshare --pid --fork " + hold_cmd
+    else:
+        cmd = "unshare --pid --fork sh -c %s" % sc.shlex.quote(hold_cmd + " & wait")
+    sc.start_in_scope(lab, node, name, cmd)
+    sc.wait_until(lab, node, "pgrep -x %s >/dev/null" % title[:15], "holder %s up" % name)
+    sc.wait_until(lab, node, "fakegpu status | grep -q '\"memory_used_mib\": %d'" % mib, "GPU %d memory held" % gpu)
+    pid = int(lab.exec(node, "pgrep -x %s" % title[:15]).stdout.split()[0])
+    return pid, sc.identity(lab, node, pid)[0]
+
+
 def test_holder_in_another_pid_namespace(lab, node):
     # A container-like PID namespace: sh is its init, the holder PID 2 inside.
-    rec = sc.hold(lab, node, "ns", "--gpu", "5:900", wrap="unshare --pid --fork sh -c 'exec \"$0\" \"$@\" & wait'")
-    assert rec["ns_pid"] != rec["pid"]
+    pid, _ = start_in_pid_namespace(lab, node, "ns", 5, 900, init_is_holder=False)
 
     result = run_ok(lab, node, {"gpus": ["5"]})
 
-    # The stand-in NVML, like the real one seen from the namespace, lists no process: used
+    # The stand-in NVML, like the real one seen across namespaces, lists no process: used
     # memory with no NVML process. The module still finds the holder by its device files.
     assert row(result, 5)["memory_used_mib"] == 900
-    holder = holders_by_pid(result)[rec["pid"]]
+    holder = holders_by_pid(result)[pid]
     assert holder["other_pid_namespace"] is True
     assert "nvml" not in holder["evidence"] and holder["kind"] == "context"
     assert holder["gpu_memory_mib"] is None
     assert holder["protected"] is False
-    said = [s for s in result["diagnosis"] if "PID %d" % rec["pid"] in s]
+    said = [s for s in result["diagnosis"] if "PID %d" % pid in s]
     assert said and "another PID namespace" in said[0], result["diagnosis"]
 
 
 def test_holder_that_is_a_namespace_init_is_protected(lab, node):
     # unshare --fork makes the holder itself PID 1 of its namespace (a container's init).
-    rec = sc.hold(lab, node, "nsinit", "--gpu", "5:900", wrap="unshare --pid --fork")
-    assert rec["ns_pid"] == 1
+    pid, _ = start_in_pid_namespace(lab, node, "nsinit", 5, 900, init_is_holder=True)
 
     result = run_ok(lab, node, {"gpus": ["5"]})
 
-    holder = holders_by_pid(result)[rec["pid"]]
+    holder = holders_by_pid(result)[pid]
     assert holder["other_pid_namespace"] is True
     assert holder["protected"] is True
     assert "PID namespace" in holder["protected_reason"]
