@@ -332,6 +332,11 @@ def diagnose(snapshot, holders, unconfirmed, rows):
                 '%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; '
                 'stop or restart that parent.'
                 % (_who(holder), holder['ppid'], holder['parent_name'] or 'unknown'))
+        elif holder['state'] == 'zombie-leader':
+            sentences.append(
+                '%s is a zombie leader: its main thread exited while its other threads still hold '
+                'the GPU, so no parent can reap it; a signal to the PID ends the whole thread group.'
+                % _who(holder))
         if holder['unit'] and holder['unit_restart'] not in (None, 'no'):
             sentences.append(
                 '%s belongs to %s with Restart=%s: killing it brings it back; stop the unit '

@@ -303,13 +303,20 @@ def _read(path):
 
 
 def parse_stat(raw):
-    """(comm, state, ppid, start_time_ticks, flags) from /proc/PID/stat, robust to odd names."""
+    """(comm, state name, ppid, start_time_ticks, flags) from /proc/PID/stat, robust to odd names.
+
+    A zombie whose other threads still run (its main thread called exit(2) alone) is
+    'zombie-leader', not 'zombie': it still holds what the threads hold, nobody can reap it,
+    and a signal to its PID still reaches the whole thread group.
+    """
     text = raw.decode('utf-8', 'replace')
     open_paren, close_paren = text.index('('), text.rindex(')')
     comm = text[open_paren + 1:close_paren]
     fields = text[close_paren + 2:].split()
     # fields[0] is field 3 (state); field N is fields[N - 3]
-    return comm, fields[0], int(fields[1]), int(fields[19]), int(fields[6])
+    state, threads = fields[0], int(fields[17])
+    name = 'zombie-leader' if state == 'Z' and threads > 1 else STATE_NAMES.get(state, state)
+    return comm, name, int(fields[1]), int(fields[19]), int(fields[6])
 
 
 def read_identity(pid, proc='/proc'):
@@ -321,7 +328,7 @@ def read_identity(pid, proc='/proc'):
         state, start = parse_stat(_read('%s/%d/stat' % (proc, pid)))[1:4:2]
     except (IOError, OSError, ValueError, IndexError):
         return None
-    return start, STATE_NAMES.get(state, state)
+    return start, state
 
 
 def _pids(proc):
@@ -332,14 +339,15 @@ def _pids(proc):
     return [int(name) for name in names if name.isdigit()]
 
 
-def _device_fds(pid, dev_prefix, proc):
-    """Paths under the device directory that PID has open; None when the process vanished.
+def _device_fds(base, dev_prefix):
+    """Paths under the device directory that the process at `base` (/proc/PID) has open;
+    None when the process vanished.
 
     readlinkat() relative to an open /proc/PID/fd directory skips re-resolving the
     /proc/PID/fd prefix for every descriptor, which is where a naive scan spends its time.
     """
     try:
-        dir_fd = os.open('%s/%d/fd' % (proc, pid), os.O_RDONLY | os.O_DIRECTORY)
+        dir_fd = os.open(base + '/fd', os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -360,9 +368,9 @@ def _device_fds(pid, dev_prefix, proc):
     return found
 
 
-def _device_maps(pid, dev_prefix, proc):
+def _device_maps(base, dev_prefix):
     try:
-        raw = _read('%s/%d/maps' % (proc, pid))
+        raw = _read(base + '/maps')
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -386,8 +394,7 @@ def _fill_details(info, proc):
         comm, state, ppid, start, flags = parse_stat(_read(base + '/stat'))
     except (IOError, OSError, ValueError, IndexError):
         return False
-    info.name, info.ppid, info.start_time = comm, ppid, start
-    info.state = STATE_NAMES.get(state, state)
+    info.name, info.ppid, info.start_time, info.state = comm, ppid, start, state
     info.kthread = bool(flags & _KTHREAD_FLAG)
     try:
         info.cmdline = _read(base + '/cmdline').replace(b'\0', b' ').decode('utf-8', 'replace').strip()
@@ -414,7 +421,7 @@ def _fill_details(info, proc):
         info.pidns = os.readlink(base + '/ns/pid')
     except OSError:
         info.unreadable.append('ns/pid')
-    if state == 'D':
+    if state == 'disk-sleep':
         try:
             info.wchan = _read(base + '/wchan').decode('utf-8', 'replace').strip() or None
         except (IOError, OSError):
@@ -433,7 +440,8 @@ def scan_processes(dev_dir='/dev', proc='/proc', deep=False, extra_pids=()):
     procs, unreadable = {}, []
     extra = set(extra_pids)
     for pid in _pids(proc):
-        fds = _device_fds(pid, dev_prefix, proc)
+        base = '%s/%d' % (proc, pid)
+        fds = _device_fds(base, dev_prefix)
         if fds is None:
             continue
         if isinstance(fds, Exception):
@@ -441,7 +449,7 @@ def scan_processes(dev_dir='/dev', proc='/proc', deep=False, extra_pids=()):
             fds = set()
         if not fds and not deep and pid not in extra:
             continue
-        maps = _device_maps(pid, dev_prefix, proc)
+        maps = _device_maps(base, dev_prefix)
         if maps is None:
             continue
         if isinstance(maps, Exception):
@@ -452,8 +460,24 @@ def scan_processes(dev_dir='/dev', proc='/proc', deep=False, extra_pids=()):
         info = ProcState(pid)
         info.dev_fds, info.dev_maps = fds, maps
         if _fill_details(info, proc):
+            if info.state == 'zombie-leader' and not fds and not maps:
+                info.dev_fds, info.dev_maps = _thread_devices(base, pid, dev_prefix)
             procs[pid] = info
     return procs, unreadable
+
+
+def _thread_devices(base, pid, dev_prefix):
+    """A zombie leader's own fd table is gone: read its live threads' view instead."""
+    try:
+        tids = [t for t in os.listdir(base + '/task') if t != str(pid)]
+    except OSError:
+        return set(), set()
+    for tid in tids:
+        fds = _device_fds('%s/task/%s' % (base, tid), dev_prefix)
+        maps = _device_maps('%s/task/%s' % (base, tid), dev_prefix)
+        if isinstance(fds, set) and isinstance(maps, set):
+            return fds, maps
+    return set(), set()
 
 
 def describe_process(pid, proc='/proc'):

@@ -268,6 +268,17 @@ def test_diagnosis_d_state_zombie_and_restarting_unit():
     assert 'hog.service with Restart=always' in text
 
 
+def test_a_zombie_leader_with_live_threads_is_a_target_not_left_for_a_parent():
+    # pytorch#1223: the main thread exited, another thread keeps the context.
+    s = snap([gpu(0, used=800, processes=[(10, 800)])],
+             [proc(10, state='zombie-leader', fds=CTX, maps=CTX)])
+    holders, _unused, _unused = classify(s)
+    targets, left = decide.plan_targets(holders, [0], [])
+    assert [t['pid'] for t in targets] == [10] and left == []
+    text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [0], 128)))
+    assert 'zombie leader' in text and 'must reap' not in text and 'no such process' not in text
+
+
 def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     s = snap([gpu(2, used=76107)], [proc(10, state='disk-sleep', fds=['/dev/nvidia2'], maps=['/dev/nvidia2'])])
     holders, _unused, _unused = classify(s)
@@ -283,4 +294,7 @@ def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
 
 def test_parse_stat_survives_names_with_spaces_and_parens():
     raw = b'123 (a) b (c) S 1 123 123 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0'
-    assert parse_stat(raw) == ('a) b (c', 'S', 1, 98765, 4194560)
+    assert parse_stat(raw) == ('a) b (c', 'sleeping', 1, 98765, 4194560)
+    zombie_leader = raw.replace(b' S ', b' Z ').replace(b' 20 0 1 0 ', b' 20 0 3 0 ')
+    assert parse_stat(zombie_leader)[1] == 'zombie-leader'
+    assert parse_stat(raw.replace(b' S ', b' Z '))[1] == 'zombie'

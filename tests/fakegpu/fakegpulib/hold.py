@@ -136,7 +136,7 @@ def run(args):
         write_ready(args.ready_file, {
             "pid": visible_pid(),
             "ns_pid": os.getpid(),
-            "start_time": start_time(os.getpid()),
+            "start_time": start_time(visible_pid()),
             "children": spawned + forked,
             "spawned": spawned,
             "forked": forked,
