@@ -10,8 +10,9 @@ import pytest
 
 from .conftest import LAB, VENV_BIN, ansible_env, lab_up
 
-RECORDS = "/run/gpuops-lab/nodes"
-NODES_DIR = "/var/lib/gpuops-lab/nodes"
+RECORDS = os.path.join(os.environ.get("LAB_RUN", "/run/gpuops-lab"), "nodes")
+NODES_DIR = os.path.join(os.environ.get("LAB_STATE", "/var/lib/gpuops-lab"), "nodes")
+ADDR_BASE = int(os.environ.get("LAB_ADDR_BASE", "10"))
 MIB = 1024 * 1024
 
 
@@ -133,7 +134,7 @@ def test_nodes_run_systemd_sshd_and_python_with_nvml(lab):
         out = lab.exec(node, "hostname; systemctl is-system-running --wait; "
                              "python3 -c 'import pynvml, psutil; print(pynvml.__name__, psutil.__name__)'").stdout
         assert out.split() == [node, "running", "pynvml", "psutil"]
-        assert f"127.0.0.{10 + index}" in ssh_listeners()
+        assert f"127.0.0.{ADDR_BASE + index}" in ssh_listeners()
 
 
 def test_services_restart_inside_a_node(lab):

@@ -30,10 +30,18 @@ def node_name(index):
     return f"node{index}"
 
 
+# A second lab beside the default one (another developer's, on the same controller) needs
+# its own LAB_STATE, LAB_RUN and addresses: LAB_ADDR_BASE=100 puts nodeI on 127.0.0.(100+I).
+_addr_base = os.environ.get("LAB_ADDR_BASE", "10")
+if not _addr_base.isdigit() or not 1 <= int(_addr_base) <= 254 - MAX_NODES:
+    raise SystemExit(f"lab: error: LAB_ADDR_BASE must be a whole number from 1 to {254 - MAX_NODES}, got '{_addr_base}'")
+ADDR_BASE = int(_addr_base)
+
+
 def node_ip(index):
     # 127.0.0.0/8 is all loopback on Linux: every node gets its own address with no
     # interface configuration, so there is nothing to remove afterwards.
-    return f"127.0.0.{10 + index}"
+    return f"127.0.0.{ADDR_BASE + index}"
 
 
 def node_dir(name):
