@@ -219,6 +219,7 @@ def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, 
         'evidence': sorted(evidence),
         'kind': kind,
         'other_pid_namespace': other_ns,
+        'ignores_sigterm': proc.ignores_sigterm,
         'protected': reason is not None,
         'protected_reason': reason,
     }

@@ -136,7 +136,6 @@ class Ladder(object):
         self.started = None
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
-        self.unreachable = {}     # (pid, start_time) -> holder that survived SIGKILL
 
     def _record(self, step, result, **what):
         entry = {'at_s': round(self.clock() - self.started, 3), 'step': step, 'result': result}
@@ -182,22 +181,29 @@ class Ladder(object):
                                                         clock=self.clock), unit=unit)
             if units:
                 targets = self._alive(targets)
+        killed = []
         if not self.force:
             for holder in targets:
                 self._signal(holder, signal.SIGTERM, 'sigterm')
-            self._wait_gone(targets, self.term_timeout)
-            targets = self._alive(targets)
-        for holder in targets:
-            self._signal(holder, signal.SIGKILL, 'sigkill')
-            self.killed.add((holder['pid'], holder['start_time']))
+            # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
+            # before their first request, say): waiting out the grace for it frees nothing.
+            killed = [self._kill(h) for h in targets if h['ignores_sigterm']]
+            listening = [h for h in targets if not h['ignores_sigterm']]
+            self._wait_gone(listening, self.term_timeout)
+            targets = self._alive(listening)
+        killed += [self._kill(h) for h in targets]
         # SIGKILL is final for every process that is not stuck in the kernel; bound the wait
         # so a D-state process is reported, not waited on forever.
-        self._wait_gone(targets, max(self.term_timeout, 1.0))
-        for holder in self._alive(targets):
-            self.unreachable[(holder['pid'], holder['start_time'])] = holder
+        self._wait_gone(killed, max(self.term_timeout, 1.0))
+        for holder in self._alive(killed):
             self._record('unreachable', 'alive after SIGKILL (state %s)'
                          % (observe.read_identity(holder['pid']) or (None, 'gone'))[1],
                          pid=holder['pid'], name=holder['name'])
+
+    def _kill(self, holder):
+        self._signal(holder, signal.SIGKILL, 'sigkill')
+        self.killed.add((holder['pid'], holder['start_time']))
+        return holder
 
     def _signal(self, holder, signum, step):
         result = act.send_signal(holder['pid'], holder['start_time'], signum,

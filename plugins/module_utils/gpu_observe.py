@@ -31,6 +31,7 @@ MIB = 1024 * 1024
 # NVML reports "not available" per-process memory with this sentinel (e.g. under WDDM or MIG).
 NVML_VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
+_SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn
 _CLK_TCK = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
 
 STATE_NAMES = {
@@ -69,7 +70,8 @@ class ProcState(object):
     """One process as /proc reports it, with what it holds under the device directory."""
 
     __slots__ = ('pid', 'start_time', 'name', 'cmdline', 'uid', 'user', 'state', 'ppid', 'wchan',
-                 'cgroup', 'pidns', 'nspid', 'kthread', 'dev_fds', 'dev_maps', 'unreadable')
+                 'cgroup', 'pidns', 'nspid', 'kthread', 'ignores_sigterm', 'dev_fds', 'dev_maps',
+                 'unreadable')
 
     def __init__(self, pid):
         self.pid = pid
@@ -85,6 +87,7 @@ class ProcState(object):
         self.pidns = None
         self.nspid = None
         self.kthread = False
+        self.ignores_sigterm = False
         self.dev_fds = set()
         self.dev_maps = set()
         self.unreadable = []
@@ -406,6 +409,8 @@ def _fill_details(info, proc):
                 info.uid = int(line.split()[1])
             elif line.startswith('NSpid:'):
                 info.nspid = [int(x) for x in line.split()[1:]]
+            elif line.startswith('SigIgn:'):
+                info.ignores_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
     except (IOError, OSError, ValueError):
         info.unreadable.append('status')
     if info.uid is not None:

@@ -248,6 +248,10 @@ holders:
       description: "It runs in another PID namespace than this module (a container)."
       type: bool
       returned: success
+    ignores_sigterm:
+      description: "Its signal mask ignores SIGTERM (SigIgn), so only SIGKILL ends it."
+      type: bool
+      returned: success
     protected:
       description: "Never signalled by this collection."
       type: bool

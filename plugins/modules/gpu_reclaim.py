@@ -17,7 +17,9 @@ description:
     escalates on them only
   - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
     bring it back;
-  - 2. sends SIGTERM and waits up to O(term_timeout), returning as soon as they are gone;
+  - 2. sends SIGTERM and waits up to O(term_timeout), returning as soon as they are gone; a
+    process whose signal mask ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)) gets SIGKILL
+    right away, since waiting for it frees nothing;
   - 3. sends SIGKILL to the survivors;
   - 4. rescans up to O(passes) times for holders that appeared or were left (forked children,
     respawns, inherited handles that still pin memory) and treats them the same;

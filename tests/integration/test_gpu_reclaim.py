@@ -74,6 +74,8 @@ def test_tp8_orphans_after_parent_sigkill(lab, node):
 
 def test_sigterm_ignored_then_sigkill(lab, node):
     rec = sc.hold(lab, node, "noterm", "--gpu", "2:1000", "--ignore-term")
+    seen = lab.module(node, "gpuops.reclaim.gpu_holders", {"gpus": ["2"]})
+    assert [h["ignores_sigterm"] for h in seen["holders"] if h["pid"] == rec["pid"]] == [True]
 
     result = ok(reclaim(lab, node, gpus=["2"]))
 
