@@ -102,7 +102,7 @@ class Reaper:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, _unused = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:

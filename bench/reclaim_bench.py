@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Reclaim benchmark: the collection's Ladder (gpu_reclaim's flow) against the seeds' manual
 kill sequence, on the same seed-like wedge of the stand-in driver.
 
@@ -123,7 +122,7 @@ def build_wedge(root):
     dev = os.path.join(root, "dev")
 
     class _Reg:   # inside the namespace everything dies with it; nothing to register
-        def group(self, _):
+        def group(self, _unused):
             pass
 
     reg = _Reg()
@@ -156,7 +155,7 @@ def build_wedge(root):
 
 
 def run_ladder(root, term_timeout, force):
-    flow, _ = bl.import_collection()
+    flow, _unused = bl.import_collection()
     surveyor = flow.Surveyor(dev_dir=os.path.join(root, "dev"), nvml_timeout=10)
     ladder = flow.Ladder(surveyor, term_timeout=term_timeout, release_timeout=10, passes=3,
                          force=force)
@@ -174,7 +173,7 @@ def run_manual(root):
         # own command line holds the patterns. See README.
         f.write(MANUAL.format(dev=os.path.join(root, "dev")))
     out = subprocess.run(["bash", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=60)
+                         text=True, timeout=60, check=False)
     return {"rc": out.returncode, "output": out.stdout[-2000:]}
 
 
@@ -302,7 +301,7 @@ def trial(method, root, reaper, term_timeout, timeout=90):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--methods", default="ladder,manual,force")
     parser.add_argument("--term-timeout", type=float, default=5.0)
@@ -364,13 +363,14 @@ def main():
                                                  "by 1 s", "held"))
     for m in methods:
         s = summary[m]
-        fmt = (lambda v: "%.2f" % v if v is not None else "never")
+
+        def fmt(value):
+            return "%.2f" % value if value is not None else "never"
         ratio = "%.2f" % (s["free_s_median"] / base) if s["free_s_median"] and base else "-"
         print("%-38s %8s %7s %8s %8s %7.1f %5d/%d %5d %s" % (
             labels.get(m, m), fmt(s["free_s_median"]), fmt(s["free_s_min"]), ratio,
             fmt(s["returned_s_median"]), s["gpu_s_held_median"], s["gpus_free_by_1s_median"], GPUS,
-            s["gpus_left_held_max"],
-                                               ", ".join(s["innocents_killed"]) or "none"))
+            s["gpus_left_held_max"], ", ".join(s["innocents_killed"]) or "none"))
     print("free s: first 20 ms NVML poll (outside the namespace) with all 8 GPUs <= %d MiB, from "
           "the first action; return s: when the method itself finished (manual: its sleeps); "
           "GPU*s held: GPU-seconds of capacity still held after the first action; free by 1 s: "

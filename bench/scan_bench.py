@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Scan benchmark: how long gpu_holders takes to find GPU holders on a busy host, beside
 fuser, the nvidia-smi stand-in and a naive /proc/*/fd readlink scan; and whether they all
 find the same holders.
@@ -46,7 +45,7 @@ def start_load(workdir, reaper, procs, fds, timeout=120):
         raise RuntimeError("fdload failed (exit %s)" % proc.poll())
     if time.monotonic() - started > timeout:
         raise RuntimeError("fdload took too long")
-    _, nprocs, nfds = line.split()
+    _unused, nprocs, nfds = line.split()
     return proc, int(nprocs), int(nfds), time.monotonic() - started
 
 
@@ -72,7 +71,7 @@ def tool_survey(flow, dev_dir, deep=False):
 
 
 def tool_scan(observe, dev_dir):
-    procs, _ = observe.scan_processes(dev_dir=dev_dir)
+    procs, _unused = observe.scan_processes(dev_dir=dev_dir)
     return set(procs)
 
 
@@ -132,8 +131,8 @@ def start_holders(root, reaper):
     fork = bl.start_hold(root, reaper, ["--gpu", "2:2000", "--fork-inherit",
                                         "--title", "trainer"], "fork")
     pidfile = os.path.join(root, "monitor.pid")
-    mon = subprocess.Popen(bl.STRANGER + [sys.executable, "-c", MONITOR, os.path.join(root, "dev", "nvidiactl"),
-                            pidfile], start_new_session=True, stdin=subprocess.DEVNULL)
+    monitor_argv = [sys.executable, "-c", MONITOR, os.path.join(root, "dev", "nvidiactl"), pidfile]
+    mon = subprocess.Popen(bl.STRANGER + monitor_argv, start_new_session=True, stdin=subprocess.DEVNULL)
     reaper.group(mon.pid)
     deadline = time.monotonic() + 30
     while not os.path.exists(pidfile) or not open(pidfile).read():
@@ -159,7 +158,7 @@ def profile_scan(observe, dev_dir, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--procs", type=int, default=3000)
     parser.add_argument("--fds", type=int, default=130000)
     parser.add_argument("--reps", type=int, default=7)
@@ -177,7 +176,7 @@ def main():
 
     t0 = time.monotonic()
     groups = start_holders(root, reaper)
-    _, nprocs, nfds, load_s = start_load(root, reaper, args.procs, args.fds)
+    _unused, nprocs, nfds, load_s = start_load(root, reaper, args.procs, args.fds)
     host_procs, host_fds = host_load()
     bl.log("load: %d processes with %d fds started in %.1f s; host now %d processes, %d open fds"
            % (nprocs, nfds, load_s, host_procs, host_fds))
@@ -201,13 +200,13 @@ def main():
          fd_holders, "every fd holder"),
     ]
     own = {os.getpid()}
-    samples = {key: [] for key, *_ in tools}
+    samples = {key: [] for key, *_unused in tools}
     found = {}
-    for _, _, fn, _, _ in tools:    # warm-up: dentries of /proc/PID/fd, page cache, imports
+    for _unused, _unused, fn, _unused, _unused in tools:    # warm-up: dentries of /proc/PID/fd, page cache, imports
         fn()
     for rep in range(args.reps):
         order = tools[rep % len(tools):] + tools[:rep % len(tools)]
-        for key, _, fn, _, _ in order:
+        for key, _unused, fn, _unused, _unused in order:
             start = time.perf_counter()
             pids = fn()
             samples[key].append(time.perf_counter() - start)
@@ -226,7 +225,7 @@ def main():
           "%d reps, alternating" % (host_procs, host_fds, nprocs, nfds, args.reps))
     print("%-44s %9s %9s %9s  %-7s %s" % ("tool", "median s", "min s", "x survey", "holders",
                                           "found the expected PIDs?"))
-    for key, label, _, expected, note in tools:
+    for key, label, _unused, expected, note in tools:
         st = bl.stats(samples[key])
         sets = found[key]
         stable = all(s == sets[0] for s in sets)
@@ -234,8 +233,8 @@ def main():
         ok = got == expected
         verdict = "yes" if ok and stable else "NO: missing %s extra %s%s" % (
             sorted(expected - got), sorted(got - expected), "" if stable else " (varied)")
-        print("%-44s %9.3f %9.3f %9.2f  %-7d %s (%s)" % (label, st["median_s"], st["min_s"],
-                                                       st["median_s"] / base, len(got), verdict, note))
+        print("%-44s %9.3f %9.3f %9.2f  %-7d %s (%s)"
+              % (label, st["median_s"], st["min_s"], st["median_s"] / base, len(got), verdict, note))
         result["tools"][key] = dict(st, label=label, ratio_to_survey=st["median_s"] / base,
                                     pids=sorted(got), expected=sorted(expected), correct=ok,
                                     stable=stable)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Experiment: would another way of reading /proc/PID/fd make gpu_observe.scan_processes
 faster? Same load as scan_bench.py (3,000 processes, ~130,000 fds), no GPU holders needed.
 
@@ -28,7 +27,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=7)
     args = parser.parse_args()
-    _, observe = bl.import_collection()
+    _unused, observe = bl.import_collection()
     root = tempfile.mkdtemp(prefix="scanvariants-")
     reaper = bl.Reaper()
     reaper.path(root)

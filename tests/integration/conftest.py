@@ -15,6 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LAB = os.path.join(REPO, "tests", "lab", "lab")
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 
+
 class NodeCommandError(subprocess.CalledProcessError):
     """A node command failed; the message carries its output so the test report shows it."""
 

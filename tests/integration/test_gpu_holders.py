@@ -234,7 +234,7 @@ def start_in_pid_namespace(lab, node, name, gpu, mib, init_is_holder):
 
 def test_holder_in_another_pid_namespace(lab, node):
     # A container-like PID namespace: sh is its init, the holder PID 2 inside.
-    pid, _ = start_in_pid_namespace(lab, node, "ns", 5, 900, init_is_holder=False)
+    pid, _unused = start_in_pid_namespace(lab, node, "ns", 5, 900, init_is_holder=False)
 
     result = run_ok(lab, node, {"gpus": ["5"]})
 
@@ -252,7 +252,7 @@ def test_holder_in_another_pid_namespace(lab, node):
 
 def test_holder_that_is_a_namespace_init_is_protected(lab, node):
     # unshare --fork makes the holder itself PID 1 of its namespace (a container's init).
-    pid, _ = start_in_pid_namespace(lab, node, "nsinit", 5, 900, init_is_holder=True)
+    pid, _unused = start_in_pid_namespace(lab, node, "nsinit", 5, 900, init_is_holder=True)
 
     result = run_ok(lab, node, {"gpus": ["5"]})
 
@@ -285,7 +285,7 @@ def test_unreaped_zombie_holds_nothing(lab, node):
     sc.python_in_scope(lab, node, "unreaped", UNREAPED_CHILD.format(gpu=3, mib=500, ready=ready))
     sc.wait_until(lab, node, "[ -s %s ] && grep -q ') Z ' /proc/$(cut -d' ' -f2 %s)/stat" % (ready, ready),
                   "unreaped child is a zombie")
-    _, zombie = map(int, lab.exec(node, "cat %s" % ready).stdout.split())
+    _unused, zombie = map(int, lab.exec(node, "cat %s" % ready).stdout.split())
 
     result = run_ok(lab, node, {"gpus": ["3"]})
 
@@ -329,7 +329,7 @@ def test_check_mode_same_result_and_nothing_changes(lab, node):
     for key in ("gpus", "holders", "free", "diagnosis", "backend"):
         assert normal[key] == check[key], key
     assert sorted(normal["clients"], key=lambda c: c["pid"]) == sorted(check["clients"], key=lambda c: c["pid"])
-    assert {pid for pid, _ in procs} <= set(holders_by_pid(normal))
+    assert {pid for pid, _unused in procs} <= set(holders_by_pid(normal))
     for pid, start in procs:
         assert sc.alive(lab, node, pid, start), "PID %d changed or died" % pid
 
