@@ -57,7 +57,7 @@ lab-test: venv host-deps fakegpu collection-link
 	$(VPY) -m pytest -q tests/integration
 
 molecule: venv host-deps fakegpu collection-link
-	cd extensions && $(VBIN)/molecule test --all
+	cd extensions && $(CURDIR)/$(VBIN)/molecule test --all
 
 test: venv host-deps fakegpu collection-link
 	$(MAKE) unit
