@@ -19,6 +19,32 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 
 
+# The options every surveying module takes; their documentation is the gpu_survey doc fragment.
+SURVEY_ARGUMENT_SPEC = dict(
+    gpus=dict(type='list', elements='str', default=[]),
+    nvml_timeout=dict(type='float', default=10.0),
+    protect=dict(type='list', elements='str', default=[]),
+    free_threshold_mib=dict(type='int', default=128),
+)
+
+
+def survey_param_error(params):
+    """What is wrong with the survey options (ranges argument_spec cannot express), or None."""
+    if params['nvml_timeout'] <= 0:
+        return 'nvml_timeout must be greater than 0, got %s' % params['nvml_timeout']
+    if params['free_threshold_mib'] < 0:
+        return 'free_threshold_mib must be 0 or more, got %s' % params['free_threshold_mib']
+    if observe.backend_name() is None:
+        return ('neither nvidia-ml-py (python module pynvml) nor nvidia-smi is available on this '
+                'host: install nvidia-ml-py for the Python that runs Ansible modules')
+    return None
+
+
+def surveyor_from_params(params):
+    return Surveyor(gpus=params['gpus'], nvml_timeout=params['nvml_timeout'],
+                    protect=params['protect'], free_threshold_mib=params['free_threshold_mib'])
+
+
 class Survey(object):
     """One observation, classified, for the selected GPUs."""
 

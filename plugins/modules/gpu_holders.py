@@ -35,10 +35,6 @@ description:
   - Read-only; never changes the host.
 author:
   - gpuops.reclaim maintainers (@gpuops)
-requirements:
-  - nvidia-ml-py (python module C(pynvml)) on the managed host; without it the module falls
-    back to C(nvidia-smi) and says so in RV(backend).
-  - Linux with C(/proc); run as root to see every process's file descriptors.
 attributes:
   check_mode:
     support: full
@@ -46,39 +42,8 @@ attributes:
   diff_mode:
     support: none
     description: Nothing changes, so there is no diff.
-  platform:
-    platforms: posix
-    support: full
-    description: Linux hosts with an NVIDIA driver.
-options:
-  gpus:
-    description:
-      - GPUs to report, each a NVML index (C("0")), a UUID (C("GPU-...")) or a PCI bus id
-        (C("00000000:3B:00.0")).
-      - Empty means every GPU of the host.
-      - An unknown value fails, naming it and the GPUs that exist.
-    type: list
-    elements: str
-    default: []
-  nvml_timeout:
-    description:
-      - Seconds each query of the driver may take. A hung driver fails the task with a clear
-        message instead of hanging the play.
-    type: float
-    default: 10.0
-  protect:
-    description:
-      - Extra regular expressions; a process whose name or command line matches one is
-        marked protected (in addition to the built-in infrastructure list).
-    type: list
-    elements: str
-    default: []
-  free_threshold_mib:
-    description:
-      - A GPU counts as free when no process holds a context on it and its used memory
-        (excluding the driver's reserved memory) is at most this many MiB.
-    type: int
-    default: 128
+extends_documentation_fragment:
+  - gpuops.reclaim.gpu_survey
 seealso:
   - module: gpuops.reclaim.gpu_reclaim
 notes:
@@ -284,34 +249,20 @@ backend:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Surveyor, survey_result
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
+    SURVEY_ARGUMENT_SPEC, survey_param_error, survey_result, surveyor_from_params)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            gpus=dict(type='list', elements='str', default=[]),
-            nvml_timeout=dict(type='float', default=10.0),
-            protect=dict(type='list', elements='str', default=[]),
-            free_threshold_mib=dict(type='int', default=128),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params['nvml_timeout'] <= 0:
-        module.fail_json(msg='nvml_timeout must be greater than 0, got %s' % params['nvml_timeout'])
-    if params['free_threshold_mib'] < 0:
-        module.fail_json(msg='free_threshold_mib must be 0 or more, got %s' % params['free_threshold_mib'])
-    if observe.backend_name() is None:
-        module.fail_json(msg=missing_required_lib('nvidia-ml-py') + ' (nvidia-smi is not on PATH either)',
-                         exception=str(observe.PYNVML_IMPORT_ERROR))
+    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC), supports_check_mode=True)
+    error = survey_param_error(module.params)
+    if error:
+        module.fail_json(msg=error)
     try:
-        surveyor = Surveyor(gpus=params['gpus'], nvml_timeout=params['nvml_timeout'],
-                            protect=params['protect'], free_threshold_mib=params['free_threshold_mib'])
-        result = survey_result(surveyor.survey())
+        result = survey_result(surveyor_from_params(module.params).survey())
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))
     if result['backend'] != 'nvml':

@@ -13,16 +13,16 @@ module: gpu_reclaim
 short_description: Free NVIDIA GPUs by escalating from unit stop to SIGKILL, and prove the memory is back
 version_added: "0.1.0"
 description:
-  - Finds the holders of the selected GPUs exactly as M(gpuops.reclaim.gpu_holders) does, then
-    escalates on them only
+  - Finds the holders of the selected GPUs (O(gpus)) exactly as M(gpuops.reclaim.gpu_holders)
+    does, then escalates on them only; processes that hold only other GPUs are never touched
   - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
     bring it back;
   - 2. sends SIGTERM and waits up to O(term_timeout), returning as soon as they are gone; a
     process whose signal mask ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)) gets SIGKILL
     right away, since waiting for it frees nothing;
   - 3. sends SIGKILL to the survivors;
-  - 4. rescans up to O(passes) times for holders that appeared or were left (forked children,
-    respawns, inherited handles that still pin memory) and treats them the same;
+  - 4. rescans up to O(passes) times for holders that appeared or were left (respawns, forked
+    children holding an inherited context, orphans) and treats them the same;
   - 5. polls NVML until the used memory is back within O(free_threshold_mib) or
     O(release_timeout) runs out, with no fixed sleeps;
   - 6. with O(allow_reset), resets a GPU that is still held with no process left on it
@@ -36,7 +36,6 @@ description:
 author:
   - gpuops.reclaim maintainers (@gpuops)
 requirements:
-  - nvidia-ml-py (python module C(pynvml)) on the managed host, or C(nvidia-smi).
   - root, to signal other users' processes and to stop units.
 attributes:
   check_mode:
@@ -45,18 +44,7 @@ attributes:
   diff_mode:
     support: none
     description: The change is a set of stopped processes, reported in RV(actions).
-  platform:
-    platforms: posix
-    support: full
-    description: Linux hosts with an NVIDIA driver.
 options:
-  gpus:
-    description:
-      - GPUs to free, each a NVML index, a UUID or a PCI bus id. Empty means every GPU.
-      - Processes that hold only other GPUs are never touched.
-    type: list
-    elements: str
-    default: []
   term_timeout:
     description:
       - Seconds to wait after a unit stop or SIGTERM before SIGKILL (the grace period).
@@ -79,12 +67,6 @@ options:
         are never stopped.
     type: bool
     default: true
-  protect:
-    description:
-      - Extra regular expressions; matching processes (name or command line) are never signalled.
-    type: list
-    elements: str
-    default: []
   match:
     description:
       - Regular expressions; when given, only holders whose name or command line matches one
@@ -103,18 +85,8 @@ options:
         left on it (a leaked context).
     type: bool
     default: false
-  free_threshold_mib:
-    description:
-      - A GPU counts as free when no context is left on it and its used memory (excluding the
-        driver's reserved memory) is at most this many MiB.
-    type: int
-    default: 128
-  nvml_timeout:
-    description:
-      - Seconds each query of the driver may take; a hung driver fails the task before any
-        signal is sent.
-    type: float
-    default: 10.0
+extends_documentation_fragment:
+  - gpuops.reclaim.gpu_survey
 seealso:
   - module: gpuops.reclaim.gpu_holders
 notes:
@@ -226,43 +198,36 @@ msg:
     it is in uninterruptible sleep and ignores SIGKILL: reset the GPU (allow_reset: true) or reboot the host."
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Surveyor
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
+    SURVEY_ARGUMENT_SPEC, Ladder, survey_param_error, surveyor_from_params)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            gpus=dict(type='list', elements='str', default=[]),
+            SURVEY_ARGUMENT_SPEC,
             term_timeout=dict(type='float', default=30.0),
             release_timeout=dict(type='float', default=60.0),
             passes=dict(type='int', default=3, no_log=False),
             stop_units=dict(type='bool', default=True),
-            protect=dict(type='list', elements='str', default=[]),
             match=dict(type='list', elements='str', default=[]),
             force=dict(type='bool', default=False),
             allow_reset=dict(type='bool', default=False),
-            free_threshold_mib=dict(type='int', default=128),
-            nvml_timeout=dict(type='float', default=10.0),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    for name in ('term_timeout', 'release_timeout'):
+    for name in ('term_timeout', 'release_timeout', 'passes'):
         if params[name] < 0:
             module.fail_json(msg='%s must be 0 or more, got %s' % (name, params[name]))
-    for name, low in (('nvml_timeout', 0), ('passes', -1), ('free_threshold_mib', -1)):
-        if params[name] <= low:
-            module.fail_json(msg='%s must be more than %s, got %s' % (name, low, params[name]))
-    if observe.backend_name() is None:
-        module.fail_json(msg=missing_required_lib('nvidia-ml-py') + ' (nvidia-smi is not on PATH either)',
-                         exception=str(observe.PYNVML_IMPORT_ERROR))
+    error = survey_param_error(params)
+    if error:
+        module.fail_json(msg=error)
     try:
-        surveyor = Surveyor(gpus=params['gpus'], nvml_timeout=params['nvml_timeout'],
-                            protect=params['protect'], free_threshold_mib=params['free_threshold_mib'])
-        ladder = Ladder(surveyor, term_timeout=params['term_timeout'],
+        ladder = Ladder(surveyor_from_params(params), term_timeout=params['term_timeout'],
                         release_timeout=params['release_timeout'], passes=params['passes'],
                         stop_units=params['stop_units'], match=params['match'], force=params['force'],
                         allow_reset=params['allow_reset'], check_mode=module.check_mode)
