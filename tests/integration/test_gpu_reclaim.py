@@ -282,3 +282,24 @@ def test_zombie_leader_with_live_thread_reclaimed(lab, node):
     assert not result.get("failed"), result.get("msg")
     assert pid in signalled(result, "sigterm") | signalled(result, "sigkill")
     assert_all_free(lab, node, result, [3])
+
+
+@pytest.mark.parametrize("bad,named", [
+    ({"term_timeout": -1}, "term_timeout must be 0 or more, got -1"),
+    ({"passes": -2}, "passes must be 0 or more, got -2"),
+    ({"nvml_timeout": 0}, "nvml_timeout must be greater than 0, got 0"),
+    ({"protect": ["(unclosed"]}, "protect: '(unclosed' is not a valid regular expression"),
+    ({"match": ["[bad"]}, "match: '[bad' is not a valid regular expression"),
+    ({"gpus": ["GPU-nope"]}, "gpus: 'GPU-nope' matches no GPU on this host"),
+    ({"term_timeout": "soon"}, "term_timeout"),
+])
+def test_bad_input_fails_naming_it_and_changes_nothing(lab, node, bad, named):
+    rec = sc.hold(lab, node, "bystander", "--gpu", "1:700")
+
+    result = reclaim(lab, node, **bad)
+
+    assert result.get("failed") is True
+    assert named in result["msg"], result["msg"]
+    assert not result.get("actions")
+    assert sc.alive(lab, node, rec["pid"], rec["start_time"])
+    assert sc.gpu_used_mib(lab, node, 1) == 700
