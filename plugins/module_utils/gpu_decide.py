@@ -26,6 +26,7 @@ _COMM_LEN = 15
 PROTECTED_UNIT_PATTERN = re.compile(
     r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|nvidia-persistenced|'
     r'nvidia-fabricmanager|dcgm.*|nvidia-dcgm.*|slurmd|slurmstepd|kubelet|containerd|docker)\.service$')
+CONTAINER_INIT = "init of a container's PID namespace"
 # A PID above the kernel's hard limit (4194304) or 0 comes from mismatched NVML bindings.
 PID_MAX_LIMIT = 4194304
 # Per-GPU device nodes are /dev/nvidia<minor>; nvidiactl, nvidia-uvm, nvidia-caps/* and
@@ -60,7 +61,7 @@ def protection_reason(proc, own_tree, patterns):
     if proc.pid in own_tree:
         return 'part of the process tree running this module (its caller or its own child)'
     if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1:
-        return "init of a container's PID namespace"
+        return CONTAINER_INIT
     infra = infrastructure_name(proc.name, proc.cmdline)
     if infra:
         return 'GPU or cluster infrastructure (%s)' % infra
@@ -342,6 +343,11 @@ def diagnose(snapshot, holders, unconfirmed, rows):
             sentences.append(
                 '%s belongs to %s with Restart=%s: killing it brings it back; stop the unit '
                 '(stop_units: true).' % (_who(holder), holder['unit'], holder['unit_restart']))
+        if holder['protected_reason'] == CONTAINER_INIT and set(holder['context_gpus']) & selected:
+            sentences.append(
+                '%s is the init of a container (PID 1 in its own PID namespace) and holds GPU %s: '
+                'this module never signals it; stop that container from its host.'
+                % (_who(holder), ','.join(str(i) for i in holder['context_gpus'])))
         if holder['other_pid_namespace'] and not holder['protected']:
             sentences.append('%s runs in another PID namespace (a container) than this module.'
                              % _who(holder))

@@ -179,6 +179,14 @@ class Ladder(object):
         if self.check_mode:
             self._plan(first)
             return self._result(first, first)
+        try:
+            return self._result(first, self._climb(first))
+        except observe.ObserveError as exc:
+            # The driver stopped answering after the ladder acted: say what was done so far.
+            return self._interrupted(first, exc)
+
+    def _climb(self, first):
+        """The ladder proper, from the first survey to the last; returns the last survey."""
         protected_units = self.surveyor.protected_units()
         current = first
         for attempt in range(self.passes + 1):
@@ -197,7 +205,7 @@ class Ladder(object):
             current = self._wait_release(current)
         if not current.free and self.allow_reset:
             current = self._reset(current)
-        return self._result(first, current)
+        return current
 
     def _escalate(self, targets, protected_units):
         if self.stop_units:
@@ -286,6 +294,21 @@ class Ladder(object):
                     self._record('reset', 'planned', gpu=row['index'])
 
     # --- the report -------------------------------------------------------------------------
+
+    def _interrupted(self, first, exc):
+        return {
+            'changed': any(a['result'] == 'sent' or a['result'] == 'stopped' for a in self.actions),
+            'actions': self.actions,
+            'before': first.rows,
+            'after': [],
+            'elapsed_s': round(self.clock() - self.started, 3),
+            'free': False,
+            'remaining': [],
+            'diagnosis': first.diagnosis,
+            'backend': first.snapshot.backend,
+            'msg': '%s The ladder had taken %d action(s) before that (see actions); the GPUs were '
+                   'not verified.' % (exc, len(self.actions)),
+        }
 
     def _result(self, first, last):
         elapsed = round(self.clock() - self.started, 3)

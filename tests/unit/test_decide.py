@@ -279,6 +279,17 @@ def test_a_zombie_leader_with_live_threads_is_a_target_not_left_for_a_parent():
     assert 'zombie leader' in text and 'must reap' not in text and 'no such process' not in text
 
 
+def test_a_container_init_holding_a_gpu_is_explained_not_targeted():
+    s = snap([gpu(5, used=900, processes=[(40, 900)])],
+             [proc(40, name='fakegpu', fds=CTX, maps=CTX, nspid=[40, 1], pidns='pid:[999]')])
+    s.procs[40].dev_fds = {'/dev/nvidia5'}
+    s.procs[40].dev_maps = {'/dev/nvidia5'}
+    holders, _unused, _unused = classify(s)
+    assert decide.plan_targets(holders, [5], [])[0] == []
+    text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [5], 128)))
+    assert 'PID 40 (fakegpu) is the init of a container' in text and 'stop that container from its host' in text
+
+
 def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     s = snap([gpu(2, used=76107)], [proc(10, state='disk-sleep', fds=['/dev/nvidia2'], maps=['/dev/nvidia2'])])
     holders, _unused, _unused = classify(s)
