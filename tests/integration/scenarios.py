@@ -124,3 +124,74 @@ def cleanup(lab, node):
                    "systemctl kill -s KILL \"$s\" >/dev/null 2>&1; systemctl stop \"$s\" >/dev/null 2>&1; done; "
                    "rm -rf %s; true" % (UNIT, UNIT, SCOPE_PREFIX, READY_DIR), timeout=120)
     lab.reset_gpus(node)
+
+
+# Code run in the node with `python3 -c`: a context made like `fakegpu hold` makes it, then
+# something odd done with it. The stand-in's library lives beside the fakegpu command.
+_CONTEXT = r"""
+import ctypes, os, sys, threading, time
+sys.path.insert(0, os.path.dirname(os.path.realpath('/usr/local/bin/fakegpu')))
+from fakegpulib import config
+from fakegpulib.gpumem import Context
+cfg = config.load()
+ctx = Context({gpu}, config.gpu_by_index(cfg, {gpu})["minor"], {mib})
+"""
+
+# A process in uninterruptible sleep: the parent of a vfork() waits in the kernel (state D)
+# until the child execs or exits, and this child does neither.
+VFORK_D_STATE = _CONTEXT + r"""
+libc = ctypes.CDLL(None, use_errno=True)
+with open('{ready}', 'w') as f:
+    f.write(str(os.getpid()))
+if libc.vfork() == 0:
+    while True:
+        libc.pause()
+"""
+
+# pytorch#1223: the main thread exits (exit(2), not exit_group(2)) while another thread lives:
+# the PID is a zombie in /proc (no fds, no maps readable) but the thread group still holds
+# the context.
+ZOMBIE_LEADER = _CONTEXT + r"""
+threading.Thread(target=lambda: time.sleep(100000)).start()
+with open('{ready}', 'w') as f:
+    f.write(str(os.getpid()))
+ctypes.CDLL(None).syscall(60, 0)   # SYS_exit on x86_64: this thread only
+"""
+
+# A parent that never reaps: its child held a context and exited, and is now a zombie.
+UNREAPED_CHILD = _CONTEXT.replace("ctx = ", "pass  # ") + r"""
+pid = os.fork()
+if pid == 0:
+    ctx = Context({gpu}, config.gpu_by_index(cfg, {gpu})["minor"], {mib})
+    os._exit(0)
+with open('{ready}', 'w') as f:
+    f.write('%d %d' % (os.getpid(), pid))
+while True:
+    time.sleep(1000)
+"""
+
+
+def _python_scenario(lab, node, name, template, gpu, mib, state_check, what):
+    ready = ready_path(name)
+    python_in_scope(lab, node, name, template.format(gpu=gpu, mib=mib, ready=ready))
+    wait_until(lab, node, "[ -s %s ] && %s" % (ready, state_check.format(ready=ready)), what)
+    return [int(pid) for pid in lab.exec(node, "cat %s" % ready).stdout.split()]
+
+
+def start_d_state(lab, node, gpu, mib):
+    """A holder of `mib` on `gpu` in state D (a vfork parent); returns its PID."""
+    return _python_scenario(lab, node, "vfork", VFORK_D_STATE, gpu, mib,
+                            "grep -q ') D ' /proc/$(cat {ready})/stat", "vfork parent in D state")[0]
+
+
+def start_zombie_leader(lab, node, gpu, mib):
+    """A holder whose main thread exited while another thread keeps the context; its PID."""
+    return _python_scenario(lab, node, "zleader", ZOMBIE_LEADER, gpu, mib,
+                            "grep -q ') Z ' /proc/$(cat {ready})/stat", "main thread exited")[0]
+
+
+def start_unreaped_child(lab, node, gpu, mib):
+    """A parent that never reaps a child that held a context; returns (parent, zombie)."""
+    return tuple(_python_scenario(lab, node, "unreaped", UNREAPED_CHILD, gpu, mib,
+                                  "grep -q ') Z ' /proc/$(cut -d' ' -f2 {ready})/stat",
+                                  "unreaped child is a zombie"))

@@ -10,50 +10,6 @@ from . import scenarios as sc
 
 FQCN = "gpuops.reclaim.gpu_holders"
 
-# Code run in the node with `python3 -c`: a context made like `fakegpu hold` makes it, then
-# something odd done with it. The stand-in's library lives beside the fakegpu command.
-_CONTEXT = r"""
-import ctypes, os, sys, threading, time
-sys.path.insert(0, os.path.dirname(os.path.realpath('/usr/local/bin/fakegpu')))
-from fakegpulib import config
-from fakegpulib.gpumem import Context
-cfg = config.load()
-ctx = Context({gpu}, config.gpu_by_index(cfg, {gpu})["minor"], {mib})
-"""
-
-# A process in uninterruptible sleep: the parent of a vfork() waits in the kernel (state D)
-# until the child execs or exits, and this child does neither.
-VFORK_D_STATE = _CONTEXT + r"""
-libc = ctypes.CDLL(None, use_errno=True)
-with open('{ready}', 'w') as f:
-    f.write(str(os.getpid()))
-if libc.vfork() == 0:
-    while True:
-        libc.pause()
-"""
-
-# pytorch#1223: the main thread exits (exit(2), not exit_group(2)) while another thread lives:
-# the PID is a zombie in /proc (no fds, no maps readable) but the thread group still holds
-# the context.
-ZOMBIE_LEADER = _CONTEXT + r"""
-threading.Thread(target=lambda: time.sleep(100000)).start()
-with open('{ready}', 'w') as f:
-    f.write(str(os.getpid()))
-ctypes.CDLL(None).syscall(60, 0)   # SYS_exit on x86_64: this thread only
-"""
-
-# A parent that never reaps: its child held a context and exited, and is now a zombie.
-UNREAPED_CHILD = _CONTEXT.replace("ctx = ", "pass  # ") + r"""
-pid = os.fork()
-if pid == 0:
-    ctx = Context({gpu}, config.gpu_by_index(cfg, {gpu})["minor"], {mib})
-    os._exit(0)
-with open('{ready}', 'w') as f:
-    f.write('%d %d' % (os.getpid(), pid))
-while True:
-    time.sleep(1000)
-"""
-
 
 @pytest.fixture
 def node(lab):
@@ -263,11 +219,7 @@ def test_holder_that_is_a_namespace_init_is_protected(lab, node):
 
 
 def test_disk_sleep_holder_is_diagnosed(lab, node):
-    ready = "/run/gpuops-t/vfork.pid"
-    sc.python_in_scope(lab, node, "vfork", VFORK_D_STATE.format(gpu=4, mib=600, ready=ready))
-    sc.wait_until(lab, node, "[ -s %s ] && grep -q ') D ' /proc/$(cat %s)/stat" % (ready, ready),
-                  "vfork parent in D state")
-    pid = int(lab.exec(node, "cat %s" % ready).stdout)
+    pid = sc.start_d_state(lab, node, gpu=4, mib=600)
 
     result = run_ok(lab, node, {"gpus": ["4"]})
 
@@ -281,11 +233,7 @@ def test_disk_sleep_holder_is_diagnosed(lab, node):
 
 
 def test_unreaped_zombie_holds_nothing(lab, node):
-    ready = "/run/gpuops-t/unreaped.pids"
-    sc.python_in_scope(lab, node, "unreaped", UNREAPED_CHILD.format(gpu=3, mib=500, ready=ready))
-    sc.wait_until(lab, node, "[ -s %s ] && grep -q ') Z ' /proc/$(cut -d' ' -f2 %s)/stat" % (ready, ready),
-                  "unreaped child is a zombie")
-    _unused, zombie = map(int, lab.exec(node, "cat %s" % ready).stdout.split())
+    zombie = sc.start_unreaped_child(lab, node, gpu=3, mib=500)[1]
 
     result = run_ok(lab, node, {"gpus": ["3"]})
 
@@ -296,11 +244,7 @@ def test_unreaped_zombie_holds_nothing(lab, node):
 
 
 def test_zombie_leader_with_live_thread(lab, node):
-    ready = "/run/gpuops-t/zleader.pid"
-    sc.python_in_scope(lab, node, "zleader", ZOMBIE_LEADER.format(gpu=3, mib=800, ready=ready))
-    sc.wait_until(lab, node, "[ -s %s ] && grep -q ') Z ' /proc/$(cat %s)/stat" % (ready, ready),
-                  "main thread exited")
-    pid = int(lab.exec(node, "cat %s" % ready).stdout)
+    pid = sc.start_zombie_leader(lab, node, gpu=3, mib=800)
 
     result = run_ok(lab, node, {"gpus": ["3"]})
 

@@ -7,7 +7,6 @@ the ladder took; processes that must survive are checked by PID and start time.
 import pytest
 
 from . import scenarios as sc
-from .test_gpu_holders import ZOMBIE_LEADER
 
 FQCN = "gpuops.reclaim.gpu_reclaim"
 # Short ladder: a holder that ignores SIGTERM costs term_timeout; nothing else waits on it.
@@ -254,12 +253,7 @@ def test_match_filter_only_signals_matching(lab, node):
 
 
 def test_disk_sleep_holder_killed(lab, node):
-    from .test_gpu_holders import VFORK_D_STATE
-    ready = "/run/gpuops-t/vfork.pid"
-    sc.python_in_scope(lab, node, "vfork", VFORK_D_STATE.format(gpu=4, mib=600, ready=ready))
-    sc.wait_until(lab, node, "[ -s %s ] && grep -q ') D ' /proc/$(cat %s)/stat" % (ready, ready),
-                  "vfork parent in D state")
-    pid = int(lab.exec(node, "cat %s" % ready).stdout)
+    pid = sc.start_d_state(lab, node, gpu=4, mib=600)
 
     # A vfork() parent sleeps killably: D in /proc, but a fatal signal ends it. The vfork
     # child shares its mappings and fds, so it holds GPU 4 too and must go as well.
@@ -270,11 +264,7 @@ def test_disk_sleep_holder_killed(lab, node):
 
 
 def test_zombie_leader_with_live_thread_reclaimed(lab, node):
-    ready = "/run/gpuops-t/zleader.pid"
-    sc.python_in_scope(lab, node, "zleader", ZOMBIE_LEADER.format(gpu=3, mib=800, ready=ready))
-    sc.wait_until(lab, node, "[ -s %s ] && grep -q ') Z ' /proc/$(cat %s)/stat" % (ready, ready),
-                  "main thread exited")
-    pid = int(lab.exec(node, "cat %s" % ready).stdout)
+    pid = sc.start_zombie_leader(lab, node, gpu=3, mib=800)
 
     # The thread group still runs and holds the context; SIGKILL to the PID ends the group.
     result = reclaim(lab, node, gpus=["3"])
