@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import signal
 import time
 
@@ -78,8 +79,7 @@ class Surveyor(object):
         self.dev_dir = dev_dir
         self.proc = proc
         self.backend = backend or observe.backend_name()
-        self.own_ancestors = set(observe.ancestors(observe.os.getpid(), proc))
-        self._unit_cache = {}
+        self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
 
     def protected_units(self):
         """Units holding this module's ancestors: stopping them would cut the caller off."""
@@ -105,24 +105,26 @@ class Surveyor(object):
                 parent = observe.describe_process(holder['ppid'], self.proc)
                 holder['parent_name'] = parent.name if parent else None
         rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib)
-        if not deep and any(not r['free'] for r in rows) and not any(
-                set(h['context_gpus']) & set(r['index'] for r in rows if not r['free'])
-                for h in holders):
+        held = set(row['index'] for row in rows if not row['free'])
+        explained = set(index for holder in holders for index in holder['context_gpus'])
+        if not deep and held - explained:
             # Memory is held and no context explains it: a process may have closed its fds
             # but kept its mappings. Read every process's maps before calling it invisible.
             return self.survey(deep=True)
         diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows)
         return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis)
 
-    def _units_of(self, snapshot):
+    @staticmethod
+    def _units_of(snapshot):
+        """Restart= and ActiveState of each service unit owning a process of the snapshot.
+
+        Read anew at every survey: a unit the ladder stopped must show as stopped.
+        """
         units = {}
         for proc in snapshot.procs.values():
             unit = decide.unit_from_cgroup(proc.cgroup)
-            if not unit or not unit.endswith('.service'):
-                continue
-            if unit not in self._unit_cache:
-                self._unit_cache[unit] = observe.unit_restart_policy(unit)
-            units[unit] = self._unit_cache[unit]
+            if unit and unit.endswith('.service') and unit not in units:
+                units[unit] = observe.unit_restart_policy(unit)
         return units
 
     def memory_back(self, selected):
@@ -290,14 +292,21 @@ class Ladder(object):
                          pid=holder['pid'], name=holder['name'], gpus=holder['gpus'])
         if self.allow_reset:
             for row in survey.rows:
-                if not row['free'] and not row['holders']:
+                if not row['free'] and not row['holders'] and not row['handles']:
                     self._record('reset', 'planned', gpu=row['index'])
 
     # --- the report -------------------------------------------------------------------------
 
+    def _changed(self):
+        """Something was stopped, signalled or reset (in check mode: would be)."""
+        if self.check_mode:
+            return any(a['result'].startswith('planned') for a in self.actions)
+        return any(a['result'] in ('sent', 'stopped', 'ok') or a['result'].startswith('stopping')
+                   for a in self.actions)
+
     def _interrupted(self, first, exc):
         return {
-            'changed': any(a['result'] == 'sent' or a['result'] == 'stopped' for a in self.actions),
+            'changed': self._changed(),
             'actions': self.actions,
             'before': first.rows,
             'after': [],
@@ -321,11 +330,7 @@ class Ladder(object):
             # Handles on a GPU still held block its reset; name them, never signal them.
             remaining += [dict(h, reason='has the device open (blocks a reset)') for h in last.holders
                           if h['pid'] not in seen and set(h['gpus']) & held]
-        changed_results = ('sent', 'stopped', 'ok')
-        changed = any(a['result'] in changed_results or a['result'].startswith('stopping')
-                      for a in self.actions)
-        if self.check_mode:
-            changed = any(a['result'].startswith('planned') for a in self.actions)
+        changed = self._changed()
         result = {
             'changed': changed,
             'actions': self.actions,
