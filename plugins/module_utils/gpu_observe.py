@@ -32,7 +32,6 @@ MIB = 1024 * 1024
 NVML_VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 _SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn
-_CLK_TCK = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
 
 STATE_NAMES = {
     'R': 'running', 'S': 'sleeping', 'D': 'disk-sleep', 'Z': 'zombie', 'T': 'stopped',
@@ -97,7 +96,7 @@ class Snapshot(object):
     """Everything one scan saw, taken as close together in time as possible."""
 
     def __init__(self, gpus, procs, backend, own_pid, own_pidns, unreadable, nvml_missing_pids,
-                 taken_at, deep):
+                 taken_at):
         self.gpus = gpus                      # list of GpuState, all GPUs of the host
         self.procs = procs                    # pid -> ProcState for every process that matters
         self.backend = backend
@@ -106,7 +105,6 @@ class Snapshot(object):
         self.unreadable = unreadable          # list of (pid, what, reason)
         self.nvml_missing_pids = nvml_missing_pids  # NVML-listed PIDs with no /proc entry here
         self.taken_at = taken_at
-        self.deep = deep                      # True when every process's maps were read
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,24 +503,6 @@ def ancestors(pid, proc='/proc'):
     return chain
 
 
-def descendants(pid, proc='/proc'):
-    """PIDs below `pid` (children the module started, such as nvidia-smi)."""
-    children = {}
-    for candidate in _pids(proc):
-        try:
-            ppid = parse_stat(_read('%s/%d/stat' % (proc, candidate)))[2]
-        except (IOError, OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(candidate)
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 def unit_restart_policy(unit, timeout=10):
     """(Restart=, ActiveState) of a systemd unit, or (None, None) where systemd is not running."""
     if not unit or not os.path.isdir('/run/systemd/system') or not _which('systemctl'):
@@ -553,8 +533,4 @@ def take_snapshot(nvml_timeout, dev_dir='/dev', proc='/proc', deep=False, backen
         own_pidns = None
     return Snapshot(gpus=gpus, procs=procs, backend=backend or backend_name(), own_pid=own_pid,
                     own_pidns=own_pidns, unreadable=unreadable, nvml_missing_pids=missing,
-                    taken_at=started, deep=deep)
-
-
-def clock_ticks_to_seconds(ticks):
-    return ticks / float(_CLK_TCK)
+                    taken_at=started)

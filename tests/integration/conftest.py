@@ -11,6 +11,8 @@ import tempfile
 
 import pytest
 
+from . import scenarios
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = os.path.join(REPO, "tests", "lab", "lab")
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -139,3 +141,15 @@ def clean_gpus(lab):
     for node in lab.nodes:
         lab.reset_gpus(node)
     return lab
+
+
+@pytest.fixture
+def node(lab):
+    """The last lab node, with every scenario of tests/integration/scenarios.py ended before
+    and after the test."""
+    name = lab.nodes[-1]
+    if not lab.has_fakegpu(name):
+        pytest.skip("stand-in GPU driver not installed on %s: tests/fakegpu not built" % name)
+    scenarios.cleanup(lab, name)
+    yield name
+    scenarios.cleanup(lab, name)

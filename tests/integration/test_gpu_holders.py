@@ -11,16 +11,6 @@ from . import scenarios as sc
 FQCN = "gpuops.reclaim.gpu_holders"
 
 
-@pytest.fixture
-def node(lab):
-    if not lab.has_fakegpu(lab.nodes[-1]):
-        pytest.skip("stand-in GPU driver not installed on %s: tests/fakegpu not built" % lab.nodes[-1])
-    name = lab.nodes[-1]
-    sc.cleanup(lab, name)
-    yield name
-    sc.cleanup(lab, name)
-
-
 def holders_by_pid(result):
     return {h["pid"]: h for h in result["holders"]}
 

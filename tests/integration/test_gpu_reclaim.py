@@ -13,16 +13,6 @@ FQCN = "gpuops.reclaim.gpu_reclaim"
 FAST = {"term_timeout": 1.5, "release_timeout": 5, "nvml_timeout": 5}
 
 
-@pytest.fixture
-def node(lab):
-    if not lab.has_fakegpu(lab.nodes[-1]):
-        pytest.skip("stand-in GPU driver not installed on %s: tests/fakegpu not built" % lab.nodes[-1])
-    name = lab.nodes[-1]
-    sc.cleanup(lab, name)
-    yield name
-    sc.cleanup(lab, name)
-
-
 def reclaim(lab, node, check_mode=False, **args):
     return lab.module(node, FQCN, dict(FAST, **args), check_mode=check_mode)
 

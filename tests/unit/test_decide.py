@@ -38,7 +38,7 @@ def proc(pid, name='python3', fds=(), maps=(), state='sleeping', ppid=1, cmdline
 def snap(gpus, procs, missing=(), own_pid=99999):
     return Snapshot(gpus=gpus, procs=dict((p.pid, p) for p in procs), backend='nvml',
                     own_pid=own_pid, own_pidns=OWN_NS, unreadable=[], nvml_missing_pids=list(missing),
-                    taken_at=0.0, deep=False)
+                    taken_at=0.0)
 
 
 CTX = ('/dev/nvidia0', '/dev/nvidiactl', '/dev/nvidia-uvm')

@@ -1,16 +1,11 @@
 """Bad input to every `fakegpu` subcommand: a clear error naming the value, config unchanged."""
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakegpu"))
-from fakegpulib.testing import FakeGpuRoot, build_lib  # noqa: E402
+from fakegpulib.testing import FakeGpuRoot
 
-
-@pytest.fixture(scope="module", autouse=True)
-def built_lib():
-    build_lib()
+pytestmark = pytest.mark.usefixtures("stand_in_lib")
 
 
 @pytest.fixture

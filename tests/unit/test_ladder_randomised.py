@@ -13,10 +13,9 @@ import sys
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'fakegpu'))
-from fakegpulib.testing import FakeGpuRoot, build_lib  # noqa: E402
+from fakegpulib.testing import FakeGpuRoot
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act  # noqa: E402
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '.build', 'collections'))
 # The ladder runs in its own process, as the module does: the holders are not its children
@@ -36,9 +35,7 @@ NAMES = ['python3', 'sglang::scheduler_TP1', '[kworker/3:1]', 'VLLM::Worker_TP0'
 PROTECTED_NAMES = {'nv-hostengine', 'keepme-notebook'}
 
 
-@pytest.fixture(scope='module', autouse=True)
-def stand_in_driver():
-    build_lib()
+pytestmark = pytest.mark.usefixtures('stand_in_lib')
 
 
 def run_ladder(root, selected):

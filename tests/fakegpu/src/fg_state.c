@@ -2,6 +2,7 @@
 #include "fg_hang.h"
 
 #include <pthread.h>
+#include <string.h>
 
 struct fg_config fg_cfg;
 unsigned long long fg_pidns;
@@ -55,4 +56,14 @@ const struct fg_gpu *fg_gpu_of(nvmlDevice_t handle)
         return NULL;
     unsigned index = (unsigned)(handle - handles);
     return (fg_cfg.loaded && index < fg_cfg.count) ? &fg_cfg.gpus[index] : NULL;
+}
+
+nvmlReturn_t fg_copy_str(char *dst, unsigned int size, const char *src)
+{
+    if (!dst)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > size)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
 }

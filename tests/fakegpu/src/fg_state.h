@@ -16,6 +16,10 @@ nvmlReturn_t fg_leave(nvmlReturn_t rc);
 int fg_initialized(void);
 void fg_set_initialized(int refcount_delta);
 
+/* NVML's string-out convention: INVALID_ARGUMENT for no buffer, INSUFFICIENT_SIZE when
+ * src and its NUL do not fit in size bytes. */
+nvmlReturn_t fg_copy_str(char *dst, unsigned int size, const char *src);
+
 /* Handle <-> GPU; NULL when the handle is not one of ours or the GPU is gone. */
 nvmlDevice_t fg_handle_for(unsigned index);
 const struct fg_gpu *fg_gpu_of(nvmlDevice_t handle);

@@ -71,28 +71,18 @@ static nvmlReturn_t by_bus_id(const char *name, const char *bus_id, nvmlDevice_t
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *b, nvmlDevice_t *d) { return by_bus_id(__func__, b, d); }
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *b, nvmlDevice_t *d) { return by_bus_id(__func__, b, d); }
 
-static nvmlReturn_t copy_str(char *dst, unsigned int size, const char *src)
-{
-    if (!dst)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (strlen(src) + 1 > size)
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    memcpy(dst, src, strlen(src) + 1);
-    return NVML_SUCCESS;
-}
-
 NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t h, char *name, unsigned int length)
 {
     FG_ENTER(1);
     GPU_OR_INVALID(gpu, h);
-    return fg_leave(copy_str(name, length, gpu->name));
+    return fg_leave(fg_copy_str(name, length, gpu->name));
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int length)
 {
     FG_ENTER(1);
     GPU_OR_INVALID(gpu, h);
-    return fg_leave(copy_str(uuid, length, gpu->uuid));
+    return fg_leave(fg_copy_str(uuid, length, gpu->uuid));
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned int *minor)

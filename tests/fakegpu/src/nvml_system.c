@@ -52,20 +52,10 @@ NVML_API const char *nvmlErrorString(nvmlReturn_t result)
     }
 }
 
-static nvmlReturn_t copy_out(char *dst, unsigned int size, const char *src)
-{
-    if (!dst)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (strlen(src) + 1 > size)
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    memcpy(dst, src, strlen(src) + 1);
-    return NVML_SUCCESS;
-}
-
 NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     FG_ENTER(1);
-    return fg_leave(copy_out(version, length, fg_cfg.driver_version));
+    return fg_leave(fg_copy_str(version, length, fg_cfg.driver_version));
 }
 
 NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
@@ -73,7 +63,7 @@ NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int lengt
     FG_ENTER(1);
     char text[96];
     snprintf(text, sizeof(text), "13.%s", fg_cfg.driver_version);
-    return fg_leave(copy_out(version, length, text));
+    return fg_leave(fg_copy_str(version, length, text));
 }
 
 static nvmlReturn_t cuda_version(const char *fn, int *out)
@@ -103,5 +93,5 @@ NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
         return fg_leave(NVML_ERROR_NOT_FOUND);
     buf[got] = '\0';
     buf[strcspn(buf, "\n")] = '\0';
-    return fg_leave(copy_out(name, length, buf));
+    return fg_leave(fg_copy_str(name, length, buf));
 }
