@@ -122,7 +122,8 @@ def _orphans():
     for pid in proc.all_pids():
         argv = proc.cmdline(pid)
         if argv[:1] == ["systemd-nspawn"] and any(a.startswith(f"--directory={paths.NODES_DIR}/") for a in argv):
-            found.update(a.split("=", 1)[1] for a in argv if a.startswith("--machine="))
+            found.update(paths.node_from_machine(a.split("=", 1)[1]) for a in argv if a.startswith("--machine="))
+    found.discard(None)
     return sorted(found - known)
 
 
@@ -134,7 +135,10 @@ def _down_all():
         # Without a record, find the container by the nspawn process that names it.
         for pid in proc.all_pids():
             argv = proc.cmdline(pid)
-            if argv[:1] == ["systemd-nspawn"] and f"--machine={orphan['name']}" in argv:
+            # Machine names carry the lab's address base, and the directory is this lab's:
+            # another lab's node of the same name is never matched.
+            if (argv[:1] == ["systemd-nspawn"] and f"--machine={paths.machine_name(orphan['name'])}" in argv
+                    and f"--directory={paths.node_dir(orphan['name'])}/root" in argv):
                 orphan["nspawn_pid"] = pid
                 for child in proc.children(pid):
                     orphan.update(leader_pid=child, leader_start=proc.start_time(child),

@@ -63,7 +63,7 @@ def boot(record):
     log_path = os.path.join(paths.node_dir(record["name"]), "console.log")
     argv = [
         "systemd-nspawn", "--boot", "--quiet",
-        f"--machine={record['name']}", f"--directory={record['root']}",
+        f"--machine={paths.machine_name(record['name'])}", f"--directory={record['root']}",
         # machined is not running on the controller (PID 1 is not systemd): the lab
         # tracks its nodes itself.
         "--register=no", "--keep-unit",
@@ -157,7 +157,7 @@ def stop(record, timeout=30):
     name = record["name"]
     leader, nspawn = record.get("leader_pid"), record.get("nspawn_pid")
     leader_ok = is_running(record)
-    nspawn_ok = proc.alive(nspawn) and f"--machine={name}" in proc.cmdline(nspawn)
+    nspawn_ok = proc.alive(nspawn) and f"--machine={paths.machine_name(name)}" in proc.cmdline(nspawn)
     if leader_ok:
         # systemd's own "power off" signal: a clean shutdown stops every unit.
         _kill(leader, signal.SIGRTMIN + 4)
@@ -183,7 +183,8 @@ def stop(record, timeout=30):
         raise LabError(f"{name}: mounts remain under {top}")
     shutil.rmtree(top, ignore_errors=True)
     # nspawn's own runtime leftovers on the controller.
-    for leftover in (f"/run/systemd/nspawn/propagate/{name}", f"/run/systemd/nspawn/unix-export/{name}"):
+    machine = paths.machine_name(name)
+    for leftover in (f"/run/systemd/nspawn/propagate/{machine}", f"/run/systemd/nspawn/unix-export/{machine}"):
         shutil.rmtree(leftover, ignore_errors=True)
     try:
         os.unlink(paths.record_path(name))

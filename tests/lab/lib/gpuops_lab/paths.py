@@ -38,6 +38,18 @@ if not _addr_base.isdigit() or not 1 <= int(_addr_base) <= 254 - MAX_NODES:
 ADDR_BASE = int(_addr_base)
 
 
+def machine_name(name):
+    """The nspawn machine name of a node: unique per lab, since nspawn keeps runtime state
+    under /run/systemd/nspawn/*/MACHINE and `down` finds orphans by it."""
+    return f"gpuops{ADDR_BASE}-{name}"
+
+
+def node_from_machine(machine):
+    """The node name of one of this lab's machine names, or None for another lab's."""
+    prefix = f"gpuops{ADDR_BASE}-"
+    return machine[len(prefix):] if machine.startswith(prefix) else None
+
+
 def node_ip(index):
     # 127.0.0.0/8 is all loopback on Linux: every node gets its own address with no
     # interface configuration, so there is nothing to remove afterwards.
