@@ -13,6 +13,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 LAB         := tests/lab/lab
 COLL_LINK   := .build/collections/ansible_collections/gpuops/reclaim
+COLL_TARBALL = $(shell sed -n 's/^namespace: *//p' galaxy.yml)-$(shell sed -n 's/^name: *//p' galaxy.yml)-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
 .PHONY: help venv host-deps fakegpu collection-link unit sanity lint build lab-test molecule test demo clean lab-down
 
@@ -49,9 +50,11 @@ sanity: venv
 lint: venv collection-link
 	$(VBIN)/ansible-lint --profile production
 
+# The artifact users install; check_artifact lists it and fails on any development tree in it.
 build: venv
 	mkdir -p .build/dist
 	$(VBIN)/ansible-galaxy collection build --force --output-path .build/dist .
+	$(VPY) tests/sanity/check_artifact.py .build/dist/$(COLL_TARBALL)
 
 lab-test: venv host-deps fakegpu collection-link
 	$(VPY) -m pytest -q tests/integration
