@@ -48,8 +48,11 @@ def prepare(index, gpus):
     upper, work, root = (os.path.join(top, d) for d in ("upper", "work", "root"))
     for d in (upper, work, root):
         os.makedirs(d)
+    # The base is a link that build-base moves to a new tree on a rebuild: mount the tree
+    # itself, so the mount names the tree it uses and build-base keeps that tree while it is.
+    lower = os.path.realpath(paths.BASE)
     subprocess.run(
-        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={paths.BASE},upperdir={upper},workdir={work}", root],
+        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={upper},workdir={work}", root],
         check=True,
     )
     ip = paths.node_ip(index)
