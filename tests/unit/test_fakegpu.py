@@ -92,6 +92,20 @@ def test_children_survive_parent_sigkill(root):
         assert f.read() == b"sglang::scheduler_TP1\0"
 
 
+def test_peer_memory_is_used_mapped_and_charged_to_nobody(root):
+    # NCCL rank 1 after rank 0 died (2x H200): its context on GPU 1, 291 MiB left on GPU 0.
+    h = root.hold("--gpu", "1:1000", "--peer", "0:291", "--title", "sglang::scheduler_TP1")
+    gpus = root.nvml()
+    assert gpu(gpus, 0)["used_mib"] == 291 and gpu(gpus, 0)["procs"] == []
+    assert gpu(gpus, 1)["procs"] == [[h.pid, 1000]]
+    with open("/proc/%d/maps" % h.pid) as f:
+        mapped = {line.split()[-1] for line in f if "/dev/nvidia" in line}
+    assert {os.path.join(root.path, "dev/nvidia0"), os.path.join(root.path, "dev/nvidia1")} <= mapped
+    h.kill()
+    gpus = root.wait_for(lambda gs: gpu(gs, 0)["used_mib"] == 0 and gpu(gs, 1)["used_mib"] == 0)
+    assert gpu(gpus, 0)["used_mib"] == 0
+
+
 def test_leak_is_used_memory_with_no_process(root):
     root.fakegpu("leak", "--gpu", "1", "--mib", "777")
     g = gpu(root.nvml(), 1)

@@ -26,6 +26,9 @@ def build_parser():
     h.add_argument("--gpu", action="append", default=[], metavar="IDX:MIB")
     h.add_argument("--child", action="append", default=[], metavar="IDX:MIB[:TITLE]",
                    help="spawn a child holding memory that survives our SIGKILL")
+    h.add_argument("--peer", action="append", default=[], metavar="IDX:MIB",
+                   help="also map MIB of peer memory on GPU IDX (NCCL/IPC): used there, charged "
+                        "by NVML to no process; needs a --gpu context on another GPU")
     h.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (children too)")
     h.add_argument("--title", help="process title shown in /proc/PID/comm and cmdline")
     h.add_argument("--exec-name", help="process name for /proc/PID/comm (default: title)")

@@ -58,10 +58,13 @@ def pidns_inode():
 
 
 class Context:
-    """One allocation; kept referenced for as long as the memory must stay held."""
+    """One allocation; kept referenced for as long as the memory must stay held.
 
-    def __init__(self, index, minor, mib):
-        self.index, self.minor, self.mib = index, minor, mib
+    `peer`: peer memory (NCCL buffers, CUDA IPC) mapped from a process whose context is on
+    another GPU: it counts as used on this GPU, and NVML charges it to no process."""
+
+    def __init__(self, index, minor, mib, peer=False):
+        self.index, self.minor, self.mib, self.peer = index, minor, mib, peer
         self.ctl_fd = os.open(paths.dev_path("nvidiactl"), os.O_RDWR)
         self.uvm_fd = os.open(paths.dev_path("nvidia-uvm"), os.O_RDWR)
         self.gpu_fd = os.open(paths.gpu_dev_path(minor), os.O_RDWR)
@@ -81,8 +84,8 @@ class Context:
         raise OSError("could not take a context lock on %s" % paths.gpu_dev_path(self.minor))
 
     def _register(self):
-        body = "minor=%d\noffset=%d\nmib=%d\npid=%d\npidns=%d\n" % (
-            self.minor, self.offset, self.mib, os.getpid(), pidns_inode())
+        body = "minor=%d\noffset=%d\nmib=%d\npid=%d\npidns=%d\npeer=%d\n" % (
+            self.minor, self.offset, self.mib, os.getpid(), pidns_inode(), int(self.peer))
         final = os.path.join(paths.alloc_dir(), self.nonce)
         tmp = os.path.join(paths.alloc_dir(), ".tmp-" + self.nonce)
         with open(tmp, "w") as f:

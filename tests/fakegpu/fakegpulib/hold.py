@@ -65,15 +65,22 @@ def validate(args):
     cfg = config.load()
     own = [parse_spec(s, "--gpu") for s in args.gpu]
     kids = [parse_spec(s, "--child", with_title=True) for s in args.child]
+    peers = [parse_spec(s, "--peer") for s in args.peer]
+    if peers and not own:
+        raise UsageError("hold: --peer needs a context of our own on another GPU (--gpu IDX:MIB)")
     if not own and not kids:
         raise UsageError("hold: give at least one --gpu IDX:MIB or --child IDX:MIB")
-    for idx, _unused, _unused in own + kids:
+    for idx, _unused, _unused in own + kids + peers:
         config.gpu_by_index(cfg, idx)
+    for idx, _unused, _unused in peers:
+        if idx in [i for i, _m, _t in own]:
+            raise UsageError("--peer %d: peer memory lives on another GPU than our own contexts (--gpu)"
+                             % idx)
     for opt, val in (("--title", args.title), ("--exec-name", args.exec_name)):
         if val is not None and (not val or "\0" in val or "\n" in val):
             raise UsageError("%s %r: must be a non-empty single line" % (opt, val))
-    check_fits(own + kids)
-    return cfg, own, kids
+    check_fits(own + kids + peers)
+    return cfg, own, kids, peers
 
 
 def spawn_child(idx, mib, title, args):
@@ -110,7 +117,7 @@ def sleep_forever():
 
 
 def run(args):
-    cfg, own, kids = validate(args)
+    cfg, own, kids, peers = validate(args)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.title:
@@ -118,6 +125,8 @@ def run(args):
     elif args.exec_name:
         proctitle.set_comm(args.exec_name)
     contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _unused in own]
+    contexts += [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib, peer=True)
+                 for idx, mib, _unused in peers]
     children = [spawn_child(idx, mib, title, args) for idx, mib, title in kids]
     for proc, r in children:
         wait_child_ready(proc, r)
@@ -141,7 +150,8 @@ def run(args):
             "spawned": spawned,
             "forked": forked,
             "processes": [{"pid": p, "start_time": start_time(p)} for p in spawned + forked],
-            "allocations": [{"gpu": c.index, "minor": c.minor, "mib": c.mib} for c in contexts],
+            "allocations": [{"gpu": c.index, "minor": c.minor, "mib": c.mib, "peer": c.peer}
+                            for c in contexts],
             "time": time.time(),
         })
     _keep = (contexts, children)    # noqa: F841 - the memory lives as long as these do

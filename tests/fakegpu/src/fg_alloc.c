@@ -70,6 +70,7 @@ static int parse_entry(const char *dir, const char *name, struct entry *e)
         else if (sscanf(line, "mib=%llu", &v) == 1) { e->a.mib = v; have |= 4; }
         else if (sscanf(line, "pid=%llu", &v) == 1) { e->a.pid = (unsigned)v; have |= 8; }
         else if (sscanf(line, "pidns=%llu", &v) == 1) { e->a.pidns = v; have |= 16; }
+        else if (sscanf(line, "peer=%llu", &v) == 1) { e->a.peer = v != 0; }
     }
     return have == 31 ? 0 : -1;
 }

@@ -10,6 +10,7 @@ struct fg_alloc {
     unsigned pid;                   /* creator, in the creator's PID namespace */
     unsigned long long pidns;       /* inode of the creator's /proc/self/ns/pid */
     unsigned long long mib;
+    int peer;                       /* peer memory (NCCL/IPC): used, charged to no process */
 };
 
 /* Allocations that still hold memory (alive, or dead for less than lag_ms).

@@ -63,14 +63,16 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t
 }
 
 /* One row per creator PID that this caller can name: contexts created in another PID
- * namespace count as used memory but cannot be listed ("memory used, no processes"). */
+ * namespace count as used memory but cannot be listed ("memory used, no processes"), and so
+ * does peer memory, which a real driver charges to nobody (NCCL buffers mapped from a
+ * process whose context is on another GPU, measured on 2x H200). */
 static unsigned list_compute(const struct fg_gpu *gpu, nvmlProcessInfo_v2_t *rows, unsigned max)
 {
     int n = collect();
     unsigned count = 0;
     for (int i = 0; i < n && i < MAX_ALLOCS; i++) {
         const struct fg_alloc *a = &allocs[i];
-        if (a->minor != gpu->minor || a->pidns != fg_pidns)
+        if (a->minor != gpu->minor || a->pidns != fg_pidns || a->peer)
             continue;
         unsigned j = 0;
         while (j < count && rows[j].pid != a->pid)

@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One gpu_reclaim at a time per host: a flock(2) on a file under /run/lock.
+
+A pipeline and a drift timer may both reclaim the same node; two ladders interleaving their
+signals and verdicts would report each other's work. The second run waits (bounded) for the
+first, then surveys what the first left, so it reports what it found after it.
+
+flock(2) locks belong to the open file description: the kernel drops the lock when the
+holder exits, however it exits, so a killed run never leaves a stale lock behind.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import fcntl
+import os
+import time
+
+LOCK_DIRS = ('/run/lock', '/var/lock', '/tmp')
+LOCK_NAME = 'gpuops-reclaim.lock'
+
+
+class LockTimeout(Exception):
+    """Another run kept the host lock for longer than the caller would wait."""
+
+
+def lock_path(dirs=LOCK_DIRS):
+    """The first writable lock directory's lock file (the same on every run of a host)."""
+    for folder in dirs:
+        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+            return os.path.join(folder, LOCK_NAME)
+    return os.path.join(dirs[-1], LOCK_NAME)
+
+
+def _holder_of(fd):
+    """What the current holder wrote into the file: 'PID N since ...', or None."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 200).decode('utf-8', 'replace').strip()
+    except OSError:
+        return None
+    return text or None
+
+
+class HostLock(object):
+    """with HostLock(timeout_s) as lock: ... ; lock.waited_s and lock.held_by say what waiting there was."""
+
+    def __init__(self, timeout_s, path=None, clock=time.monotonic, poll_s=0.1):
+        self.timeout_s = timeout_s
+        self.path = path or lock_path()
+        self.clock = clock
+        self.poll_s = poll_s
+        self.fd = None
+        self.waited_s = 0.0
+        self.held_by = None       # who held it when we first had to wait, or None
+
+    def acquire(self):
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM):
+                raise
+            # A lock file made by root is still lockable read-only by another user.
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        started = self.clock()
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    self.release()
+                    raise
+            if self.held_by is None:
+                self.held_by = _holder_of(self.fd) or 'another process'
+            waited = self.clock() - started
+            if waited >= self.timeout_s:
+                self.release()
+                raise LockTimeout(
+                    'another gpu_reclaim run (%s) has held the host lock %s for more than '
+                    'lock_timeout=%ss; nothing was signalled by this run. Let it finish, or raise '
+                    'lock_timeout.' % (self.held_by, self.path, self.timeout_s))
+            time.sleep(min(self.poll_s, max(0.0, self.timeout_s - waited)))
+        self.waited_s = round(self.clock() - started, 3)
+        try:
+            os.ftruncate(self.fd, 0)
+            os.lseek(self.fd, 0, os.SEEK_SET)
+            os.write(self.fd, ('PID %d since %s\n' % (
+                os.getpid(), time.strftime('%Y-%m-%dT%H:%M:%S%z'))).encode())
+        except OSError:
+            pass  # opened read-only: the lock holds all the same, it only cannot say who
+        return self
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)     # closing the only fd of the description drops the flock
+            self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def report(self):
+        """The `host_lock` result key."""
+        return {'path': self.path, 'waited_s': self.waited_s, 'waited_for': self.held_by}

@@ -1,0 +1,57 @@
+"""gpu_access: does this module see every process (CAP_SYS_PTRACE, hidepid)?"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_access as access
+
+ROOT_STATUS = 'Name:\tpython3\nCapEff:\t000001ffffffffff\n'
+USER_STATUS = 'Name:\tpython3\nCapEff:\t0000000000000000\n'
+MOUNTINFO = (
+    '22 1 0:21 / /sys rw,nosuid shared:7 - sysfs sysfs rw\n'
+    '23 1 0:22 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw,hidepid=invisible\n'
+)
+
+
+def test_capabilities_decide_blindness():
+    assert access.parse_cap_eff(ROOT_STATUS) & (1 << access.CAP_SYS_PTRACE)
+    assert access.parse_cap_eff(USER_STATUS) == 0
+    assert access.parse_cap_eff('Name:\tx\n') == 0
+
+
+def test_hidepid_is_read_from_the_proc_mount_only():
+    assert access.parse_hidepid(MOUNTINFO) == 'invisible'
+    assert access.parse_hidepid(MOUNTINFO.replace(',hidepid=invisible', '')) is None
+    assert access.parse_hidepid(MOUNTINFO, proc='/sys') is None
+
+
+def test_blind_sentence_says_run_as_root_first_and_never_advises_reset():
+    blind = access.ProcAccess(euid=1000, user='lab', can_read_all=False, hidepid='2')
+    text = blind.sentence()
+    assert blind.blind
+    assert text.startswith('Run as root (become: true): ')
+    assert 'lab (UID 1000)' in text and 'hidepid=2' in text
+    assert 'do not reset the GPU or reboot' in text
+
+
+def test_root_is_not_blind():
+    root = access.ProcAccess(euid=0, user='root', can_read_all=True, hidepid=None)
+    assert not root.blind and root.sentence() is None
+
+
+PROBE = ("from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_access as a; "
+         "x = a.read_access(); print(x.euid, x.user, x.blind)")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to compare root with an unprivileged user")
+def test_read_access_as_root_and_as_nobody():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    as_root = subprocess.run([sys.executable, '-c', PROBE], env=env, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert as_root == ['0', 'root', 'False']
+    # The system python: the venv's interpreter may live under /root, out of nobody's reach.
+    as_nobody = subprocess.run(['/usr/bin/python3', '-c', PROBE], env=env, capture_output=True, text=True,
+                               check=True, user='nobody', cwd='/').stdout.split()
+    assert as_nobody[1:] == ['nobody', 'True']

@@ -1,0 +1,71 @@
+"""gpu_lock: one gpu_reclaim per host; the second waits (bounded) and says for whom."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lock
+
+HOLD = r"""
+import sys, time
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock
+with HostLock(5, path=sys.argv[1]):
+    print('held', flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def holder(path, seconds):
+    """Another process holding the lock for `seconds`; returns once it holds it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen([sys.executable, '-c', HOLD, path, str(seconds)],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == 'held'
+    return proc
+
+
+def test_free_lock_is_taken_at_once(tmp_path):
+    with gpu_lock.HostLock(1, path=str(tmp_path / 'l')) as lock:
+        assert lock.report() == {'path': str(tmp_path / 'l'), 'waited_s': lock.waited_s, 'waited_for': None}
+        assert open(str(tmp_path / 'l')).read().startswith('PID %d since ' % os.getpid())
+
+
+def test_second_run_waits_for_the_first_then_proceeds(tmp_path):
+    path = str(tmp_path / 'l')
+    first = holder(path, 1.0)
+    with gpu_lock.HostLock(20, path=path, poll_s=0.02) as lock:
+        assert first.poll() is not None, 'got the lock while the first run still held it'
+        assert lock.waited_s > 0.3
+        assert lock.held_by.startswith('PID %d since ' % first.pid)
+    first.wait()
+
+
+def test_bounded_wait_fails_naming_the_holder(tmp_path):
+    path = str(tmp_path / 'l')
+    first = holder(path, 30)
+    try:
+        started = time.monotonic()
+        with pytest.raises(gpu_lock.LockTimeout) as caught:
+            gpu_lock.HostLock(0.5, path=path, poll_s=0.05).acquire()
+        assert time.monotonic() - started < 3
+        assert 'PID %d since' % first.pid in str(caught.value)
+        assert 'lock_timeout=0.5s' in str(caught.value)
+        assert 'nothing was signalled' in str(caught.value)
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    path = str(tmp_path / 'l')
+    first = holder(path, 30)
+    first.kill()
+    first.wait()
+    with gpu_lock.HostLock(0.5, path=path) as lock:
+        assert lock.held_by is None
+
+
+def test_lock_path_picks_a_writable_directory(tmp_path):
+    assert gpu_lock.lock_path((str(tmp_path / 'missing'), str(tmp_path))) == str(tmp_path / gpu_lock.LOCK_NAME)
