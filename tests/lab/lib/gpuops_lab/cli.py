@@ -81,6 +81,7 @@ def cmd_up(args):
         records = node.load_records()
         wanted = [paths.node_name(i) for i in range(1, count + 1)]
         if ([r["name"] for r in records] == wanted and all(r["gpus"] == gpus for r in records)
+                and all(("podman" in r["tools"]) == paths.CONTAINERS for r in records)
                 and all(node.is_running(r) and ssh.answers(r["ip"]) for r in records)):
             for record in records:
                 node.refresh_tools(record)
@@ -91,6 +92,8 @@ def cmd_up(args):
             _say("stopping the nodes that are up, to start the requested set")
             _down_all()
         subprocess.run([os.path.join(paths.LAB_DIR, "build-base")], check=True)
+        if paths.CONTAINERS:
+            subprocess.run([os.path.join(paths.LAB_DIR, "build-podman-layer")], check=True)
         missing = payload.missing_tools()
         if missing:
             _say("stand-in GPU driver not ready, nodes come up without it; missing: " + ", ".join(missing)

@@ -51,6 +51,8 @@ def prepare(index, gpus):
     # The base is a link that build-base moves to a new tree on a rebuild: mount the tree
     # itself, so the mount names the tree it uses and build-base keeps that tree while it is.
     lower = os.path.realpath(paths.BASE)
+    if paths.CONTAINERS:
+        lower = f"{paths.PODMAN_LAYER}:{lower}"
     subprocess.run(
         ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={upper},workdir={work}", root],
         check=True,
@@ -58,6 +60,8 @@ def prepare(index, gpus):
     ip = paths.node_ip(index)
     payload.write_identity(root, name, ip, gpus)
     installed = payload.install_tools(root)
+    if paths.CONTAINERS:
+        installed.append("podman")
     return {"name": name, "index": index, "ip": ip, "gpus": gpus, "root": root, "tools": installed}
 
 
@@ -73,8 +77,18 @@ def boot(record):
         "--console=read-only", "--link-journal=no", "--timezone=off", "--resolv-conf=off",
         "--kill-signal=SIGRTMIN+4",
     ]
+    env = dict(os.environ)
+    if "podman" in record["tools"]:
+        # On the controller's hybrid cgroup layout nspawn gives a node read-only v1
+        # controllers, where no container runtime can make a container's cgroup; a v2 tree
+        # of its own (without controllers) is enough for podman.
+        env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
+        # runc guards a container's devices with a cgroup eBPF program: nspawn's seccomp
+        # filter refuses bpf(2) unless allowed.
+        argv.append("--system-call-filter=bpf")
     with open(log_path, "ab") as log:
-        nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                  env=env)
     record.update(nspawn_pid=nspawn.pid, log=log_path)
     leader = _wait_for_leader(nspawn, log_path)
     record.update(leader_pid=leader, leader_start=proc.start_time(leader),
@@ -135,7 +149,7 @@ def wait_ready(record, timeout=120):
 
 
 def refresh_tools(record):
-    record["tools"] = payload.install_tools(record["root"])
+    record["tools"] = payload.install_tools(record["root"]) + (["podman"] if "podman" in record["tools"] else [])
     _save_record(record)
 
 

@@ -9,6 +9,10 @@ LAB_DIR = os.path.join(REPO, "tests", "lab")
 # The base tree is expensive (debootstrap), so it lives outside the checkout and is shared.
 CACHE = os.environ.get("LAB_CACHE", "/var/cache/gpuops-lab")
 BASE = os.path.join(CACHE, "base-bookworm")
+# LAB_CONTAINERS=1: nodes also get the podman layer (tests/lab/build-podman-layer) and a
+# cgroup v2 tree; other labs' nodes stay without both.
+CONTAINERS = os.environ.get("LAB_CONTAINERS") == "1"
+PODMAN_LAYER = os.path.join(CACHE, "podman-bookworm")
 # Node layers and the SSH key survive a reboot of the controller; records of running nodes
 # must not, so they live on /run.
 STATE = os.environ.get("LAB_STATE", "/var/lib/gpuops-lab")

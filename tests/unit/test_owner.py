@@ -1,0 +1,294 @@
+"""gpu_owner: the owner of a process from real /proc/PID/cgroup texts of each runtime.
+
+Each case names where its layout comes from: the runtime's source, its documentation, a
+public write-up quoting a real host, or this project's lab (podman 4.3.1 in a lab node).
+Container ids are 64 hex digits as the runtimes make them; pod UIDs are RFC 4122 UUIDs.
+"""
+
+import json
+
+import pytest
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner as owner_mod
+
+CID = "9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b"
+CID2 = "34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376"
+POD_UID = "74c13223-5a00-11e9-b385-42010a80018d"
+
+V1_ROOTS = "".join("%d:%s:/\n" % (i, c) for i, c in enumerate(
+    ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids"), start=1))
+
+
+def v2(path):
+    return "0::%s\n" % path
+
+
+def v1(path, controllers=("cpu,cpuacct", "memory", "pids", "devices")):
+    lines = ["%d:%s:%s" % (i, c, path) for i, c in enumerate(controllers, start=2)]
+    return "\n".join(["1:name=systemd:%s" % path] + lines) + "\n"
+
+
+def own(text):
+    return owner_mod.owner_from_cgroup(text)
+
+
+# --- containers ---------------------------------------------------------------------------
+
+def test_podman_systemd_driver_v2_as_seen_in_the_lab():
+    # Read in this project's lab: podman 4.3.1 (Debian 12) with runc, rootful, cgroup v2,
+    # systemd cgroup manager: libpod's scope "libpod-<id>.scope" in machine.slice.
+    # The v1 lines are "/" because the node's cgroup namespace roots them there.
+    text = V1_ROOTS + "9:name=systemd:/\n" + v2("/machine.slice/libpod-%s.scope" % CID)
+    got = own(text)
+    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
+    assert got["unit"] == "libpod-%s.scope" % CID
+
+
+def test_podman_crun_payload_subgroup_v2():
+    # crun can put the payload in a subgroup of the scope (the run.oci.systemd.subgroup
+    # annotation, crun(1)): whatever lies below the container's scope is the container's.
+    got = own(v2("/machine.slice/libpod-%s.scope/container" % CID))
+    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
+
+
+def test_podman_rootless_user_slice():
+    # Rootless podman: the user's systemd instance owns the scope, in user.slice of
+    # user@UID.service (runc's "[slice]:[prefix]:[name]" rule, google/gvisor
+    # g3doc/user_guide/systemd.md, with the rootless slice user.slice).
+    got = own(v2("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-%s.scope" % CID))
+    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
+
+
+def test_podman_cgroupfs_manager_v1():
+    # podman --cgroup-manager=cgroupfs: containers/podman libpod (runtime_ctr.go) sets
+    # CgroupParent = CgroupfsDefaultCgroupParent, "/libpod_parent"; public detection code
+    # quotes a real host: "podman: /libpod_parent/libpod-73a4fb97...".
+    got = own(v1("/libpod_parent/libpod-%s" % CID))
+    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
+
+
+def test_podman_conmon_scope_is_not_the_container():
+    # conmon runs in "libpod-conmon-<id>.scope" beside the container's scope (podman's
+    # systemd cgroup manager); it holds no GPU and stopping it is not stopping the container.
+    got = own(v2("/machine.slice/libpod-conmon-%s.scope" % CID))
+    assert got["kind"] == "scope" and got["runtime"] is None
+
+
+def test_docker_systemd_driver_v2():
+    # moby/moby cmd/dockerd/daemon_systemd_unix.go newCgroupParent: with the systemd driver
+    # the parent is "system.slice:docker:" and runc names the unit "docker-<id>.scope".
+    got = own(v2("/system.slice/docker-%s.scope" % CID))
+    assert (got["kind"], got["runtime"], got["id"]) == ("container", "docker", CID)
+    assert got["unit"] == "docker-%s.scope" % CID
+
+
+def test_docker_cgroupfs_driver_v1_hybrid():
+    # moby/moby newCgroupParent: cgroupfs driver parent "docker" -> "/docker/<id>" in every
+    # v1 hierarchy; on a hybrid host the unified line shows the same path.
+    got = own(v1("/docker/%s" % CID) + v2("/docker/%s" % CID))
+    assert (got["kind"], got["runtime"], got["id"]) == ("container", "docker", CID)
+
+
+def test_docker_v1_only_in_controllers():
+    # A v1 host where name=systemd still shows the session that started dockerd's client
+    # and only the controllers show the container: every path is read, the container wins.
+    text = ("1:name=systemd:/user.slice/user-0.slice/session-3.scope\n"
+            "4:memory:/docker/%s\n3:pids:/docker/%s\n" % (CID, CID))
+    got = own(text)
+    assert (got["kind"], got["runtime"], got["id"]) == ("container", "docker", CID)
+
+
+def test_nerdctl_systemd_driver():
+    # containerd/nerdctl generateCgroupPath: with the systemd driver the cgroups path is
+    # slice + ":nerdctl:" + id, which runc turns into "nerdctl-<id>.scope" in that slice.
+    got = own(v2("/system.slice/nerdctl-%s.scope" % CID))
+    assert (got["kind"], got["runtime"], got["id"], got["namespace"]) == ("container", "containerd", CID, "default")
+
+
+def test_containerd_cgroupfs_namespace_parent():
+    # containerd oci/spec.go populateDefaultUnixSpec: CgroupsPath = filepath.Join("/", ns, id),
+    # the containerd namespace as parent (ctr run, nerdctl with the cgroupfs driver).
+    got = own(v2("/default/%s" % CID))
+    assert (got["kind"], got["runtime"], got["id"], got["namespace"]) == ("container", "containerd", CID, "default")
+
+
+# --- Kubernetes pods ----------------------------------------------------------------------
+
+def test_pod_systemd_driver_containerd_burstable():
+    # kubelet (pkg/kubelet/cm, the systemd cgroup driver): kubepods.slice /
+    # kubepods-<qos>.slice / kubepods-<qos>-pod<uid, '-' as '_'>.slice; containerd's CRI
+    # getCgroupsPath joins "<slice>:cri-containerd:<id>" -> "cri-containerd-<id>.scope".
+    path = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
+            "cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), CID))
+    got = own(v2(path))
+    assert got["kind"] == "pod"
+    assert got["pod"]["uid"] == POD_UID
+    assert (got["runtime"], got["id"]) == ("cri-containerd", CID)
+
+
+def test_pod_guaranteed_crio():
+    # Guaranteed pods sit directly under kubepods.slice (no QoS slice); CRI-O names the
+    # container's scope "crio-<id>.scope" (its conmon's "crio-conmon-<id>.scope").
+    path = "/kubepods.slice/kubepods-pod%s.slice/crio-%s.scope" % (POD_UID.replace("-", "_"), CID)
+    got = own(v2(path))
+    assert (got["kind"], got["runtime"], got["pod"]["uid"]) == ("pod", "cri-o", POD_UID)
+
+
+def test_pod_cgroupfs_driver_v1():
+    # kubelet cgroupfs driver: /kubepods/<qos>/pod<uid>/<container id>; this exact path is a
+    # real GKE node's, from Qard/container-info test/fixtures.
+    path = "/kubepods/besteffort/pod%s/%s" % (POD_UID, CID2)
+    got = own(v1(path))
+    assert (got["kind"], got["id"], got["pod"]["uid"]) == ("pod", CID2, POD_UID)
+
+
+def test_pod_wins_over_anything_else_in_another_hierarchy():
+    # A process the kubelet owns in any hierarchy is the kubelet's: never treated as a
+    # plain container or unit, whatever another line says.
+    text = ("1:name=systemd:/system.slice/containerd.service\n"
+            "4:memory:/kubepods/pod%s/%s\n" % (POD_UID, CID))
+    assert own(text)["kind"] == "pod"
+
+
+# --- guests -------------------------------------------------------------------------------
+
+def test_proxmox_guest_with_its_own_service():
+    # Proxmox (pve-container) puts guest <vmid> in "lxc/<vmid>" with the guest's own tree in
+    # an inner "ns" directory; a real host's line, quoted in USTC-vlab/maint-docs
+    # (docs/workflow/miscellaneous.md): "0::/lxc/6666/ns/system.slice/lightdm.service".
+    got = own(v2("/lxc/6666/ns/system.slice/lightdm.service"))
+    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "proxmox", "6666")
+    # The guest's unit is the guest's, never this host's unit to stop.
+    assert got["unit"] is None
+    assert got["guest_unit"] == "lightdm.service"
+
+
+def test_proxmox_guest_init():
+    got = own(v2("/lxc/101/ns/init.scope"))
+    assert (got["runtime"], got["id"], got["guest_unit"]) == ("proxmox", "101", "init.scope")
+
+
+def test_lxc_4_payload_v2():
+    # LXC >= 4 (lxc/lxc src/lxc/cgroups/cgroup.h DEFAULT_PAYLOAD_CGROUP_PREFIX
+    # "lxc.payload.", joined with the container name in cgfsng.c); LXD/Incus use the same.
+    got = own(v2("/lxc.payload.sglang-box/system.slice/sglang.service"))
+    assert (got["kind"], got["runtime"], got["id"], got["name"]) == ("guest", "lxc", "sglang-box", "sglang-box")
+    assert got["guest_unit"] == "sglang.service"
+
+
+def test_lxc_3_v1_layout():
+    # LXC <= 3 on cgroup v1: "/lxc/<name>" in every hierarchy.
+    got = own(v1("/lxc/web1"))
+    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "lxc", "web1")
+
+
+def test_nspawn_registered_guest():
+    # systemd-nspawn registered with machined: "machine-<name>.scope" (name '-' escaped as
+    # \x2d), the guest's tree under "payload" (as the lab's unregistered nodes show below).
+    got = own(v2("/machine.slice/machine-gpu\\x2dbox.scope/payload/system.slice/sglang.service"))
+    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "systemd-nspawn", "gpu-box")
+    assert got["guest_unit"] == "sglang.service"
+
+
+def test_nspawn_unregistered_guest_as_the_lab_controller_sees_it():
+    # Read on this project's controller: a lab node (nspawn --register=no --keep-unit,
+    # started outside any unit) running a podman container, seen from outside the node.
+    got = own("9:name=systemd:/payload\n4:memory:/process_api/eb746d0e\n"
+              + v2("/payload/machine.slice/libpod-%s.scope" % CID))
+    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "systemd-nspawn", None)
+    assert got["guest_unit"] == "libpod-%s.scope" % CID
+
+
+def test_docker_inside_an_lxc_guest_belongs_to_the_guest():
+    # Seen from the Proxmox host, docker's container is inside guest 101: the host's docker
+    # CLI cannot reach it, the guest is what this host knows.
+    got = own(v2("/lxc/101/ns/system.slice/docker-%s.scope" % CID))
+    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "proxmox", "101")
+
+
+# --- systemd units of this host -------------------------------------------------------------
+
+@pytest.mark.parametrize("text, kind, unit", [
+    (v2("/system.slice/sglang.service"), "service", "sglang.service"),
+    (v1("/system.slice/sglang.service"), "service", "sglang.service"),
+    (v2("/user.slice/user-0.slice/session-17.scope"), "session", "session-17.scope"),
+    (v2("/system.slice/gpuops-t-tp8.scope"), "scope", "gpuops-t-tp8.scope"),
+    # A user's own service is the user manager's unit: not a system service to stop.
+    (v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"), "scope", "vllm.service"),
+    (v2("/"), "none", None),
+    ("", "none", None),
+    (V1_ROOTS, "none", None),
+])
+def test_units_and_nothing(text, kind, unit):
+    got = own(text)
+    assert (got["kind"], got["unit"]) == (kind, unit)
+
+
+def test_every_owner_has_every_key():
+    keys = set(owner_mod.new_owner("none"))
+    for text in (v2("/system.slice/docker-%s.scope" % CID), v2("/lxc/1/ns/init.scope"), "",
+                 v2("/kubepods/pod%s/%s" % (POD_UID, CID))):
+        assert set(own(text)) == keys
+
+
+# --- the runtime table ----------------------------------------------------------------------
+
+def test_stop_argv_never_removes_and_carries_the_grace():
+    container = own(v2("/machine.slice/libpod-%s.scope" % CID))
+    assert owner_mod.runtime_argv("podman", "stop", container, grace=7.6) == ["podman", "stop", "-t", "8", "--", CID]
+    docker = own(v2("/system.slice/docker-%s.scope" % CID))
+    assert owner_mod.runtime_argv("docker", "stop", docker, grace=0) == ["docker", "stop", "-t", "0", "--", CID]
+    for row in owner_mod.RUNTIMES.values():
+        assert "rm" not in (row["stop"] or []) and "kill" not in (row["stop"] or [])
+
+
+def test_pods_and_guests_have_no_stop():
+    for runtime in ("cri-containerd", "cri-o", "proxmox", "lxc", "systemd-nspawn"):
+        assert owner_mod.runtime_argv(runtime, "stop", owner_mod.new_owner("pod", id=CID)) is None
+
+
+def test_containerd_argv_carries_its_namespace():
+    got = own(v2("/k8s.io/%s" % CID))
+    assert owner_mod.runtime_argv("containerd", "inspect", got)[:3] == ["nerdctl", "--namespace", "k8s.io"]
+
+
+def test_parse_docker_and_podman_inspect():
+    # `docker inspect` prints a list; Name has a leading '/' in docker, none in podman.
+    docker = json.dumps([{"Name": "/sglang", "HostConfig": {"RestartPolicy": {"Name": "always"}},
+                          "Config": {"Labels": {}}}])
+    assert owner_mod.parse_inspect("docker", docker) == {"name": "sglang", "restart_policy": "always"}
+    podman = json.dumps([{"Name": "hog", "HostConfig": {"RestartPolicy": {"Name": ""}}, "Config": {"Labels": None}}])
+    assert owner_mod.parse_inspect("docker", podman) == {"name": "hog", "restart_policy": None}
+
+
+def test_parse_inspect_reads_pod_labels():
+    # CRI runtimes label each container with its pod: io.kubernetes.pod.{namespace,name,uid}
+    # (the kubelet's labels; public kubelet code names KubernetesPodNameLabel etc.).
+    labels = {"io.kubernetes.pod.namespace": "infer", "io.kubernetes.pod.name": "sglang-0",
+              "io.kubernetes.pod.uid": POD_UID}
+    crictl = json.dumps({"status": {"metadata": {"name": "server"}, "labels": labels}})
+    got = owner_mod.parse_inspect("crictl", crictl)
+    assert got["name"] == "server"
+    assert got["pod"] == {"namespace": "infer", "name": "sglang-0", "uid": POD_UID}
+
+
+@pytest.mark.parametrize("style, text", [("docker", "not json"), ("docker", "[]"), ("crictl", "{}"),
+                                         ("pct", ""), ("unknown", "{}")])
+def test_parse_inspect_bad_output_is_empty(style, text):
+    got = owner_mod.parse_inspect(style, text)
+    assert got in ({}, {"name": None})
+
+
+def test_parse_pct_config_hostname():
+    assert owner_mod.parse_inspect("pct", "arch: amd64\nhostname: sglang-a01\nmemory: 65536\n") == {"name": "sglang-a01"}
+
+
+def test_describe_names_what_a_person_can_act_on():
+    pod = own(v2("/kubepods/pod%s/%s" % (POD_UID, CID)))
+    pod["pod"].update(namespace="infer", name="sglang-0")
+    assert owner_mod.describe(pod) == "Kubernetes pod infer/sglang-0 (uid %s)" % POD_UID
+    ctr = own(v2("/machine.slice/libpod-%s.scope" % CID))
+    ctr["name"] = "hog"
+    assert owner_mod.describe(ctr) == "podman container hog (%s)" % CID[:12]
+    guest = own(v2("/lxc/101/ns/system.slice/sglang.service"))
+    assert owner_mod.describe(guest) == "Proxmox guest 101, unit sglang.service inside it"
