@@ -41,6 +41,10 @@ class StepError(Exception):
     """A step could not be done (a process did not start, a tool did not answer)."""
 
 
+class Skip(Exception):
+    """The machine lacks what a scenario needs (NCCL, unshare): the scenario is skipped, saying why."""
+
+
 class TimeUp(BaseException):
     """The scenario's or the suite's time ran out (raised from a timer signal)."""
 
@@ -268,13 +272,13 @@ class Suite(object):
         env.setdefault('PYTHONUNBUFFERED', '1')
         return env
 
-    def start(self, kind, args, label):
-        """Start a workload; returns (popen, ready_path, log_path)."""
+    def start(self, kind, args, label, prefix=()):
+        """Start a workload (behind `prefix`, e.g. unshare); returns (popen, ready_path, log_path)."""
         self.counter += 1
         ready = os.path.join(self.work, 'ready-%02d-%s.json' % (self.counter, label))
         log = os.path.join(self.work, 'log-%02d-%s.txt' % (self.counter, label))
         max_life = max(30.0, self.left() + 30.0)
-        argv = [self.python, WORKLOAD, kind, '--ready', ready, '--max-life', '%.0f' % max_life,
+        argv = list(prefix) + [self.python, WORKLOAD, kind, '--ready', ready, '--max-life', '%.0f' % max_life,
                 '--backend', self.backend, '--marker', self.run_id] + list(args)
         with open(log, 'w') as handle:
             proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
@@ -510,6 +514,9 @@ class Suite(object):
         try:
             with time_limit(min(limit, self.left() - 10)):
                 fn(ctx)
+        except Skip as exc:
+            entry['status'] = 'skip'
+            entry['notes'].append('skipped: %s' % exc)
         except TimeUp as exc:
             entry['status'] = 'error'
             entry['error'] = 'scenario ran out of time: %s' % exc
@@ -645,8 +652,8 @@ def main(argv=None):
     from scenarios import SCENARIOS  # pylint: disable=import-outside-toplevel
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--out', default=os.environ.get('OUT') or os.path.join(REPO, 'gpu-report'))
-    parser.add_argument('--budget', type=float, default=float(os.environ.get('GPU_SUITE_BUDGET', 320)),
-                        help='seconds for the whole suite (default 320)')
+    parser.add_argument('--budget', type=float, default=float(os.environ.get('GPU_SUITE_BUDGET', 420)),
+                        help='seconds for the whole suite (default 420)')
     parser.add_argument('--only', default='', help='comma-separated scenario names (s1,s3,...)')
     parser.add_argument('--backend', choices=('torch', 'fake'), default='torch',
                         help='fake: the stand-in driver, to check the plumbing without a GPU')

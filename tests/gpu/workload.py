@@ -4,11 +4,19 @@ memory through torch, the way inference servers do.
     workload.py hold   --ready FILE --gpu 0:1024 [--gpu 1:512] [--title T] [--comm NAME]
                        [--ignore-term] [--fork-child] [--max-life S]
     workload.py server --ready FILE --tp N --child-mib M [--parent-mib M] [--title T] [--max-life S]
+    workload.py nccl-rank --ready FILE --rank R --world N --init-file F --mib M [--title T] [--max-life S]
 
 `hold` allocates MiB on each GPU and sleeps. `--fork-child` forks after the context exists; the
 child never calls CUDA (it only inherits the device fds and mappings). `--comm` renames the
 process (prctl PR_SET_NAME), `--title` rewrites /proc/PID/cmdline (as setproctitle does), so the
 modules' `match` and `protect` rules see the names a real host shows.
+
+`nccl-rank` is one tensor-parallel rank: it joins an NCCL process group (a FileStore, so no
+rank hosts a TCP store the others depend on), holds --mib on GPU R, all_reduces once, writes
+FILE, then keeps all_reducing every 0.2 s, as the 2x H200 measurement did (FIELD_NOTES: after
+rank 0 was SIGKILLed, rank 1 kept 291 MiB of peer memory on GPU 0 that NVML charged to no
+process). When torch has no NCCL, FILE says so (`skip`) and the rank exits. With --backend fake
+a rank > 0 maps --mib of stand-in peer memory on GPU 0 instead.
 
 `server` is a stand-in inference server: the parent spawns (multiprocessing, spawn start method,
 as SGLang and vLLM do) one child per GPU, each titled `sglang::scheduler_TP<rank> ...`, each
@@ -108,9 +116,9 @@ class FakeBackend(object):
         self.gpumem = gpumem
         self.keep = []
 
-    def alloc(self, gpu, mib):
+    def alloc(self, gpu, mib, peer=False):
         started = time.monotonic()
-        self.keep.append(self.gpumem.Context(gpu, gpu, mib))
+        self.keep.append(self.gpumem.Context(gpu, gpu, mib, peer=peer))
         return round(time.monotonic() - started, 3)
 
     def info(self):
@@ -143,11 +151,17 @@ def parse_gpu(text):
 
 
 def identity():
+    """Who we are as the runner sees us. Under `unshare --pid --fork` (no --mount-proc) getpid()
+    is 1, the PID in our own namespace, while /proc is still the runner's: /proc/self names
+    the PID the runner and the modules see."""
     with open('/proc/self/comm') as handle:
         comm = handle.read().strip()
     with open('/proc/self/cmdline', 'rb') as handle:
         cmdline = handle.read().replace(b'\0', b' ').decode('utf-8', 'replace').strip()
-    return {'pid': os.getpid(), 'ppid': os.getppid(), 'comm': comm, 'cmdline': cmdline}
+    pid = int(os.readlink('/proc/self'))
+    with open('/proc/self/stat') as handle:
+        ppid = int(handle.read().rsplit(')', 1)[1].split()[1])
+    return {'pid': pid, 'ns_pid': os.getpid(), 'ppid': ppid, 'comm': comm, 'cmdline': cmdline}
 
 
 # --- hold ------------------------------------------------------------------------------------------
@@ -230,10 +244,59 @@ def cmd_server(args):
     sleep_until(deadline)
 
 
+# --- nccl-rank ---------------------------------------------------------------------------------------
+
+def cmd_nccl_rank(args):
+    deadline = time.monotonic() + args.max_life
+    # Once a peer is dead, an all_reduce never returns: the safety net must not depend on it.
+    import threading  # pylint: disable=import-outside-toplevel
+    net = threading.Timer(args.max_life, os._exit, (0,))
+    net.daemon = True
+    net.start()
+    name_myself(args.title, 'sglang::scheduler_TP%d' % args.rank)
+    ready = identity()
+    ready.update({'rank': args.rank, 'gpu': args.rank, 'mib': args.mib})
+    if args.backend == 'fake':
+        mem = backend('fake')
+        ready['alloc_s'] = mem.alloc(args.rank, args.mib)
+        if args.rank > 0:
+            mem.alloc(0, 291, peer=True)
+        ready['runtime'] = mem.info()
+        write_ready(args.ready, ready)
+        sleep_until(deadline)
+    mem = backend('torch')
+    torch = mem.torch
+    import torch.distributed as dist  # pylint: disable=import-outside-toplevel
+    if not (dist.is_available() and dist.is_nccl_available()):
+        ready['skip'] = 'torch %s has no NCCL backend' % torch.__version__
+        write_ready(args.ready, ready)
+        os._exit(0)
+    import datetime  # pylint: disable=import-outside-toplevel
+    torch.cuda.set_device(args.rank)
+    ready['alloc_s'] = mem.alloc(args.rank, args.mib)
+    started = time.monotonic()
+    dist.init_process_group('nccl', init_method='file://' + args.init_file, rank=args.rank,
+                            world_size=args.world, timeout=datetime.timedelta(seconds=600))
+    vector = torch.ones(64 * MIB // 4, dtype=torch.float32, device='cuda')
+    dist.all_reduce(vector)
+    torch.cuda.synchronize()
+    ready['nccl_setup_s'] = round(time.monotonic() - started, 3)
+    version = torch.cuda.nccl.version()
+    ready['nccl_version'] = '.'.join(str(x) for x in version) if isinstance(version, tuple) else str(version)
+    ready['runtime'] = mem.info()
+    ready['first_all_reduce_sum'] = float(vector[0].item())
+    write_ready(args.ready, ready)
+    while time.monotonic() < deadline:
+        dist.all_reduce(vector)
+        torch.cuda.synchronize()
+        time.sleep(0.2)
+    os._exit(0)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     sub = parser.add_subparsers(dest='cmd', required=True)
-    for name in ('hold', 'server'):
+    for name in ('hold', 'server', 'nccl-rank'):
         p = sub.add_parser(name)
         p.add_argument('--ready', required=True)
         p.add_argument('--title')
@@ -249,11 +312,18 @@ def main(argv=None):
     server.add_argument('--tp', type=int, default=1)
     server.add_argument('--child-mib', type=int, default=2048)
     server.add_argument('--parent-mib', type=int, default=1024)
+    rank = sub.choices['nccl-rank']
+    rank.add_argument('--rank', type=int, required=True)
+    rank.add_argument('--world', type=int, default=2)
+    rank.add_argument('--init-file', required=True, help='FileStore path, the same for every rank')
+    rank.add_argument('--mib', type=int, default=2048)
     args = parser.parse_args(argv)
     if args.cmd == 'hold':
         cmd_hold(args)
-    else:
+    elif args.cmd == 'server':
         cmd_server(args)
+    else:
+        cmd_nccl_rank(args)
 
 
 if __name__ == '__main__':
