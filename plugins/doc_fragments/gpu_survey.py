@@ -21,6 +21,15 @@ options:
     type: list
     elements: str
     default: []
+  exclude:
+    description:
+      - GPUs to leave out of O(gpus) (or of every GPU when O(gpus) is empty), spelled as in
+        O(gpus). A GPU in both is left out.
+      - An unknown value fails, naming it and the GPUs that exist.
+      - Leaving out every GPU selects none; the result is then free with nothing to do.
+    type: list
+    elements: str
+    default: []
   nvml_timeout:
     description:
       - Seconds each query of the driver may take. A hung driver fails the task with a clear

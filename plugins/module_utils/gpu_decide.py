@@ -82,13 +82,12 @@ def compile_patterns(patterns, option):
     return compiled
 
 
-def resolve_gpus(requested, gpus):
-    """Indices of the requested GPUs (index, UUID or PCI bus id); all GPUs when none requested.
+def resolve_gpus(requested, gpus, exclude=()):
+    """Indices of the requested GPUs (index, UUID or PCI bus id) less the excluded ones; every
+    GPU when none is requested.
 
-    Raises ValueError naming the unknown value and listing the GPUs that exist.
+    Raises ValueError naming the option (gpus or exclude), the unknown value and the GPUs that exist.
     """
-    if not requested:
-        return [gpu.index for gpu in gpus]
     by_key = {}
     for gpu in gpus:
         by_key[str(gpu.index)] = gpu.index
@@ -96,15 +95,19 @@ def resolve_gpus(requested, gpus):
         bus = gpu.pci_bus_id.lower()
         by_key[bus] = gpu.index
         by_key[bus[4:] if bus.startswith('0000') else bus] = gpu.index
-    selected = []
-    for value in requested:
-        key = str(value).strip().lower()
-        if key not in by_key:
-            existing = ', '.join('%d (%s, %s)' % (g.index, g.uuid, g.pci_bus_id) for g in gpus) or 'none'
-            raise ValueError('gpus: %r matches no GPU on this host; GPUs here: %s' % (value, existing))
-        if by_key[key] not in selected:
-            selected.append(by_key[key])
-    return sorted(selected)
+
+    def lookup(values, name):
+        found = set()
+        for value in values:
+            key = str(value).strip().lower()
+            if key not in by_key:
+                existing = ', '.join('%d (%s, %s)' % (g.index, g.uuid, g.pci_bus_id) for g in gpus) or 'none'
+                raise ValueError('%s: %r matches no GPU on this host; GPUs here: %s' % (name, value, existing))
+            found.add(by_key[key])
+        return found
+
+    chosen = lookup(requested, 'gpus') if requested else set(gpu.index for gpu in gpus)
+    return sorted(chosen - lookup(exclude, 'exclude'))
 
 
 def _holdings(proc, minor_to_index, nvml_gpus):
@@ -226,6 +229,30 @@ def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, 
     }
 
 
+_UNIT_SUFFIXES = ('.service', '.scope')
+_OTHER_UNIT_SUFFIXES = ('.socket', '.timer', '.target', '.mount', '.automount', '.path', '.slice',
+                        '.device', '.swap')
+_UNIT_NAME = re.compile(r'^[A-Za-z0-9:_.@\\-]+$')
+
+
+def unit_names(values, option):
+    """Unit names as systemd spells them ('sglang' -> 'sglang.service'); a malformed one raises
+    ValueError naming the option and the value."""
+    names = []
+    for value in values or []:
+        name = str(value).strip()
+        if not _UNIT_NAME.match(name) or name.startswith('.'):
+            raise ValueError('%s: %r is not a systemd unit name (e.g. sglang.service)' % (option, value))
+        if not name.endswith(_UNIT_SUFFIXES):
+            if name.endswith(_OTHER_UNIT_SUFFIXES):
+                raise ValueError('%s: %r is a %s unit; only services and scopes own processes'
+                                 % (option, value, name.rsplit('.', 1)[-1]))
+            name += '.service'
+        if name not in names:
+            names.append(name)
+    return names
+
+
 def unit_from_cgroup(text):
     """The systemd unit (service or scope) owning a process, from /proc/PID/cgroup text."""
     path = None
@@ -241,19 +268,26 @@ def unit_from_cgroup(text):
     if not path:
         return None
     for component in reversed(path.split('/')):
-        if component.endswith(('.service', '.scope')):
+        if component.endswith(_UNIT_SUFFIXES):
             return component
     return None
 
 
-def gpu_table(snapshot, holders, selected, free_threshold_mib):
-    """The per-GPU rows of the result, for the selected GPUs."""
+def gpu_table(snapshot, holders, selected, free_threshold_mib, spared_pids=frozenset()):
+    """The per-GPU rows of the result, for the selected GPUs.
+
+    A spared process (gpu_reclaim's spare_units) neither makes its GPU held nor counts
+    against the threshold with the memory NVML charges to it; memory NVML does not charge to
+    any process counts as always.
+    """
     rows = []
     for gpu in snapshot.gpus:
         if gpu.index not in selected:
             continue
         contexts = [h for h in holders if gpu.index in h['context_gpus']]
         handles = [h for h in holders if gpu.index in h['gpus'] and h not in contexts]
+        unspared = [h for h in contexts if h['pid'] not in spared_pids]
+        used_by_others = gpu.used_mib - spared_mib(gpu, spared_pids)
         rows.append({
             'index': gpu.index,
             'uuid': gpu.uuid,
@@ -266,16 +300,21 @@ def gpu_table(snapshot, holders, selected, free_threshold_mib):
             'persistence_mode': gpu.persistence_mode,
             'holders': [h['pid'] for h in contexts],
             'handles': [h['pid'] for h in handles],
-            'free': gpu.used_mib <= free_threshold_mib and not contexts,
+            'free': used_by_others <= free_threshold_mib and not unspared,
         })
     return rows
+
+
+def spared_mib(gpu, spared_pids):
+    """MiB NVML charges on `gpu` (a gpu_observe.GpuState) to the spared processes."""
+    return sum(mib or 0 for pid, mib in gpu.processes if pid in spared_pids)
 
 
 def _who(holder):
     return 'PID %d (%s)' % (holder['pid'], holder['name'])
 
 
-def diagnose(snapshot, holders, unconfirmed, rows):
+def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset()):
     """Plain sentences for everything an operator could not see in a process list."""
     sentences = []
     selected = set(row['index'] for row in rows)
@@ -339,7 +378,7 @@ def diagnose(snapshot, holders, unconfirmed, rows):
                 '%s is a zombie leader: its main thread exited while its other threads still hold '
                 'the GPU, so no parent can reap it; a signal to the PID ends the whole thread group.'
                 % _who(holder))
-        if holder['unit'] and holder['unit_restart'] not in (None, 'no'):
+        if holder['unit'] and holder['unit_restart'] not in (None, 'no') and holder['pid'] not in spared_pids:
             sentences.append(
                 '%s belongs to %s with Restart=%s: killing it brings it back; stop the unit '
                 '(stop_units: true).' % (_who(holder), holder['unit'], holder['unit_restart']))
@@ -364,16 +403,17 @@ def holder_matches(holder, match_patterns):
     return any(p.search(holder['name']) or p.search(holder['cmdline']) for p in match_patterns)
 
 
-def plan_targets(holders, selected, match_patterns):
+def plan_targets(holders, selected, match_patterns, spared_pids=frozenset()):
     """Split the context holders of the selected GPUs into (targets, left), each left with a reason.
 
     Handle-only holders are never targets: on a real host every CUDA process has every GPU's
     node open, so a handle names no GPU the process uses, and killing it frees no memory.
+    Spared holders are neither: the caller asked to keep them, so nothing is left to report.
     """
     selected = set(selected)
     targets, left = [], []
     for holder in holders:
-        if not set(holder['context_gpus']) & selected:
+        if not set(holder['context_gpus']) & selected or holder['pid'] in spared_pids:
             continue
         reason = skip_reason(holder, match_patterns)
         if reason:

@@ -23,6 +23,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe 
 # The options every surveying module takes; their documentation is the gpu_survey doc fragment.
 SURVEY_ARGUMENT_SPEC = dict(
     gpus=dict(type='list', elements='str', default=[]),
+    exclude=dict(type='list', elements='str', default=[]),
     nvml_timeout=dict(type='float', default=10.0),
     protect=dict(type='list', elements='str', default=[]),
     free_threshold_mib=dict(type='int', default=128),
@@ -41,18 +42,21 @@ def survey_param_error(params):
     return None
 
 
-def surveyor_from_params(params):
-    return Surveyor(gpus=params['gpus'], nvml_timeout=params['nvml_timeout'],
-                    protect=params['protect'], free_threshold_mib=params['free_threshold_mib'])
+def surveyor_from_params(params, spare_units=None):
+    return Surveyor(gpus=params['gpus'], exclude=params['exclude'], nvml_timeout=params['nvml_timeout'],
+                    protect=params['protect'], free_threshold_mib=params['free_threshold_mib'],
+                    spare_units=spare_units)
 
 
 class Survey(object):
     """One observation, classified, for the selected GPUs."""
 
-    def __init__(self, snapshot, selected, holders, clients, unconfirmed, rows, diagnosis):
+    def __init__(self, snapshot, selected, holders, clients, unconfirmed, rows, diagnosis,
+                 spared=()):
         self.snapshot = snapshot
         self.selected = selected
         self.holders = holders
+        self.spared = list(spared)    # holders owned by a spared unit: never targets
         self.clients = clients
         self.unconfirmed = unconfirmed
         self.rows = rows
@@ -61,6 +65,10 @@ class Survey(object):
     @property
     def free(self):
         return all(row['free'] for row in self.rows)
+
+    @property
+    def spared_pids(self):
+        return frozenset(h['pid'] for h in self.spared)
 
     def holders_of_selected(self):
         chosen = set(self.selected)
@@ -71,8 +79,10 @@ class Surveyor(object):
     """Takes surveys with fixed options; remembers what stays the same between them."""
 
     def __init__(self, gpus=None, nvml_timeout=10.0, protect=None, free_threshold_mib=128,
-                 dev_dir='/dev', proc='/proc', backend=None):
+                 dev_dir='/dev', proc='/proc', backend=None, exclude=None, spare_units=None):
         self.requested = gpus or []
+        self.exclude = exclude or []
+        self.spare_units = frozenset(decide.unit_names(spare_units, 'spare_units'))
         self.nvml_timeout = nvml_timeout
         self.protect = decide.compile_patterns(protect, 'protect')
         self.free_threshold_mib = free_threshold_mib
@@ -82,8 +92,9 @@ class Surveyor(object):
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
 
     def protected_units(self):
-        """Units holding this module's ancestors: stopping them would cut the caller off."""
-        units = set()
+        """Units never stopped: the spared ones, and those holding this module's ancestors
+        (stopping them would cut the caller off)."""
+        units = set(self.spare_units)
         for pid in self.own_ancestors:
             info = observe.describe_process(pid, self.proc)
             unit = decide.unit_from_cgroup(info.cgroup) if info else None
@@ -94,7 +105,7 @@ class Surveyor(object):
     def survey(self, deep=False):
         snapshot = observe.take_snapshot(self.nvml_timeout, dev_dir=self.dev_dir, proc=self.proc,
                                          deep=deep, backend=self.backend)
-        selected = decide.resolve_gpus(self.requested, snapshot.gpus)
+        selected = decide.resolve_gpus(self.requested, snapshot.gpus, self.exclude)
         own_tree = self.own_ancestors | set(
             pid for pid, p in snapshot.procs.items() if p.ppid == snapshot.own_pid)
         units = self._units_of(snapshot)
@@ -104,15 +115,17 @@ class Surveyor(object):
             if holder['parent_name'] is None and holder['ppid']:
                 parent = observe.describe_process(holder['ppid'], self.proc)
                 holder['parent_name'] = parent.name if parent else None
-        rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib)
+        spared = [h for h in holders if h['unit'] in self.spare_units and set(h['gpus']) & set(selected)]
+        spared_pids = frozenset(h['pid'] for h in spared)
+        rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
         held = set(row['index'] for row in rows if not row['free'])
         explained = set(index for holder in holders for index in holder['context_gpus'])
         if not deep and held - explained:
             # Memory is held and no context explains it: a process may have closed its fds
             # but kept its mappings. Read every process's maps before calling it invisible.
             return self.survey(deep=True)
-        diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows)
-        return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis)
+        diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows, spared_pids)
+        return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis, spared)
 
     @staticmethod
     def _units_of(snapshot):
@@ -127,10 +140,11 @@ class Surveyor(object):
                 units[unit] = observe.unit_restart_policy(unit)
         return units
 
-    def memory_back(self, selected):
+    def memory_back(self, selected, spared_pids=frozenset()):
         """Cheap check used while waiting: NVML memory only, no /proc scan."""
         gpus = observe.read_gpus(self.nvml_timeout, backend=self.backend)
-        return all(g.used_mib <= self.free_threshold_mib for g in gpus if g.index in selected)
+        return all(g.used_mib - decide.spared_mib(g, spared_pids) <= self.free_threshold_mib
+                   for g in gpus if g.index in selected)
 
 
 def survey_result(survey):
@@ -192,7 +206,8 @@ class Ladder(object):
         protected_units = self.surveyor.protected_units()
         current = first
         for attempt in range(self.passes + 1):
-            targets = decide.plan_targets(current.holders, current.selected, self.match)[0]
+            targets = decide.plan_targets(current.holders, current.selected, self.match,
+                                          current.spared_pids)[0]
             targets = [t for t in targets if (t['pid'], t['start_time']) not in self.killed]
             if not targets:
                 break
@@ -256,7 +271,8 @@ class Ladder(object):
 
     def _wait_release(self, survey):
         selected = survey.selected
-        back, waited = act.wait_for(lambda: self.surveyor.memory_back(selected),
+        spared_pids = survey.spared_pids
+        back, waited = act.wait_for(lambda: self.surveyor.memory_back(selected, spared_pids),
                                     self.release_timeout, clock=self.clock)
         self._record('wait_release', 'memory back' if back else
                      'memory still held after %.1f s' % waited, gpus=selected, waited_s=round(waited, 3))
@@ -280,7 +296,7 @@ class Ladder(object):
 
     def _plan(self, survey):
         """Check mode: what the ladder would do, from one observation, sending nothing."""
-        targets = decide.plan_targets(survey.holders, survey.selected, self.match)[0]
+        targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids)[0]
         if self.stop_units:
             for unit in decide.units_to_stop(targets, self.surveyor.protected_units()):
                 self._record('stop_unit', 'planned', unit=unit)
@@ -312,6 +328,8 @@ class Ladder(object):
             'after': [],
             'elapsed_s': round(self.clock() - self.started, 3),
             'free': False,
+            'holders': first.holders_of_selected(),
+            'spared': first.spared,
             'remaining': [],
             'diagnosis': first.diagnosis,
             'backend': first.snapshot.backend,
@@ -323,10 +341,10 @@ class Ladder(object):
         elapsed = round(self.clock() - self.started, 3)
         remaining = []
         if not last.free:
-            targets, left = decide.plan_targets(last.holders, last.selected, self.match)
+            targets, left = decide.plan_targets(last.holders, last.selected, self.match, last.spared_pids)
             remaining = left + [dict(t, reason='survived the ladder') for t in targets]
             held = set(row['index'] for row in last.rows if not row['free'])
-            seen = set(h['pid'] for h in remaining)
+            seen = set(h['pid'] for h in remaining) | last.spared_pids
             # Handles on a GPU still held block its reset; name them, never signal them.
             remaining += [dict(h, reason='has the device open (blocks a reset)') for h in last.holders
                           if h['pid'] not in seen and set(h['gpus']) & held]
@@ -338,6 +356,8 @@ class Ladder(object):
             'after': last.rows,
             'elapsed_s': elapsed,
             'free': last.free,
+            'holders': first.holders_of_selected(),
+            'spared': last.spared,
             'remaining': remaining,
             'diagnosis': last.diagnosis,
             'backend': last.snapshot.backend,

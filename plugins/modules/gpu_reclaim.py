@@ -85,6 +85,19 @@ options:
         left on it (a leaked context).
     type: bool
     default: false
+  spare_units:
+    description:
+      - systemd units (C(sglang.service); a name without a suffix means C(.service)) whose
+        processes are kept, to free strays beside a healthy server without touching it.
+      - Their holders are never signalled and their units never stopped; they are returned in
+        RV(spared), not in RV(remaining).
+      - A selected GPU then counts as free when no other process holds a context on it and its
+        used memory less the memory NVML charges to the spared processes is at most
+        O(free_threshold_mib). Memory NVML charges to no process still counts.
+      - A name that is not a unit name fails before anything is signalled.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - gpuops.reclaim.gpu_survey
 seealso:
@@ -109,6 +122,15 @@ EXAMPLES = r"""
     match: ["sglang", "launch_server"]
     protect: ["jupyter"]
     term_timeout: 20
+
+- name: Free strays on the server's GPUs, keep the server
+  gpuops.reclaim.gpu_reclaim:
+    gpus: ["0", "1"]
+    spare_units: ["sglang.service"]
+
+- name: Free every GPU except those a server is assigned to
+  gpuops.reclaim.gpu_reclaim:
+    exclude: ["0", "1"]
 
 - name: What would it do?
   gpuops.reclaim.gpu_reclaim:
@@ -173,9 +195,22 @@ elapsed_s:
   returned: always
   type: float
 free:
-  description: Every selected GPU is free at the end.
+  description: Every selected GPU is free at the end (with O(spare_units), free of every process but the spared ones).
   returned: always
   type: bool
+holders:
+  description:
+    - The holders of the selected GPUs as the first survey found them, the same list
+      M(gpuops.reclaim.gpu_holders) returns in its C(holders), so that a caller needs no separate survey to
+      decide or to report what was there.
+  returned: always
+  type: list
+  elements: dict
+spared:
+  description: Holders of the selected GPUs owned by a unit of O(spare_units), as the last survey found them; never signalled.
+  returned: always
+  type: list
+  elements: dict
 remaining:
   description: Holders left on the selected GPUs, each with a C(reason).
   returned: always
@@ -216,6 +251,7 @@ def main():
             match=dict(type='list', elements='str', default=[]),
             force=dict(type='bool', default=False),
             allow_reset=dict(type='bool', default=False),
+            spare_units=dict(type='list', elements='str', default=[]),
         ),
         supports_check_mode=True,
     )
@@ -227,7 +263,7 @@ def main():
     if error:
         module.fail_json(msg=error)
     try:
-        ladder = Ladder(surveyor_from_params(params), term_timeout=params['term_timeout'],
+        ladder = Ladder(surveyor_from_params(params, spare_units=params['spare_units']), term_timeout=params['term_timeout'],
                         release_timeout=params['release_timeout'], passes=params['passes'],
                         stop_units=params['stop_units'], match=params['match'], force=params['force'],
                         allow_reset=params['allow_reset'], check_mode=module.check_mode)

@@ -281,6 +281,16 @@ def test_unknown_gpu_fails_naming_it(lab, node, bad):
         assert uuid in msg, "GPU %d (%s) not named in: %s" % (index, uuid, msg)
 
 
+def test_exclude_leaves_a_gpu_out(lab, node):
+    rec = sc.hold(lab, node, "excluded", "--gpu", "2:500")
+
+    result = run_ok(lab, node, {"exclude": ["2"]})
+
+    assert [g["index"] for g in result["gpus"]] == [i for i in range(lab.gpus) if i != 2]
+    assert rec["pid"] not in holders_by_pid(result)
+    assert result["free"] is True
+
+
 def test_minor_permutation_attributes_right_index(lab, node):
     lab.exec(node, "fakegpu setup --gpus 8 --minors 3,0,1,2,4,5,6,7")
     rec = sc.hold(lab, node, "perm", "--gpu", "0:512")

@@ -264,6 +264,50 @@ def test_zombie_leader_with_live_thread_reclaimed(lab, node):
     assert_all_free(lab, node, result, [3])
 
 
+def main_pid(lab, node, unit=sc.UNIT):
+    return int(lab.exec(node, "systemctl show -p MainPID --value %s.service" % unit).stdout)
+
+
+def test_spared_unit_keeps_running_while_its_stray_is_freed(lab, node):
+    server = sc.start_unit(lab, node, "--gpu", "0:600")
+    stray = sc.hold(lab, node, "stray", "--gpu", "0:400")
+    server_pid = main_pid(lab, node)
+    assert server_pid == server["pid"]
+    listed = lab.module(node, "gpuops.reclaim.gpu_holders", {"gpus": ["0"]})
+
+    result = ok(reclaim(lab, node, gpus=["0"], spare_units=["gpuhog.service"]))
+
+    assert result["free"] is True and result["changed"] is True
+    assert signalled(result, "sigterm") == {stray["pid"]}
+    assert server["pid"] not in {a.get("pid") for a in result["actions"]}
+    assert not steps(result, "stop_unit"), result["actions"]
+    assert not sc.alive(lab, node, stray["pid"], stray["start_time"])
+    assert main_pid(lab, node) == server_pid and sc.unit_state(lab, node) == "active"
+    assert sc.alive(lab, node, server["pid"], server["start_time"])
+    assert [(h["pid"], h["unit"]) for h in result["spared"]] == [(server["pid"], "gpuhog.service")]
+    assert result["remaining"] == []
+    # The server's 600 MiB stay; only the stray's 400 came back.
+    assert sc.gpu_used_mib(lab, node, 0) == 600
+    assert result["after"][0]["holders"] == [server["pid"]] and result["after"][0]["free"] is True
+    # The first survey's holders, as gpu_holders lists them: no second survey needed to decide.
+    assert [(h["pid"], h["start_time"]) for h in result["holders"]] == [
+        (h["pid"], h["start_time"]) for h in listed["holders"]]
+
+
+def test_exclude_leaves_gpus_out_and_their_holders_untouched(lab, node):
+    victim = sc.hold(lab, node, "victim", "--gpu", "1:500")
+    kept = sc.hold(lab, node, "kept", "--gpu", "2:500")
+
+    result = ok(reclaim(lab, node, exclude=["2"]))
+
+    assert 2 not in [g["index"] for g in result["before"] + result["after"]]
+    assert [h["pid"] for h in result["holders"]] == [victim["pid"]]
+    assert signalled(result, "sigterm") == {victim["pid"]}
+    assert sc.alive(lab, node, kept["pid"], kept["start_time"])
+    assert sc.gpu_used_mib(lab, node, 2) == 500
+    assert_all_free(lab, node, result, [g for g in range(lab.gpus) if g != 2])
+
+
 @pytest.mark.parametrize("bad,named", [
     ({"term_timeout": -1}, "term_timeout must be 0 or more, got -1"),
     ({"passes": -2}, "passes must be 0 or more, got -2"),
@@ -271,6 +315,8 @@ def test_zombie_leader_with_live_thread_reclaimed(lab, node):
     ({"protect": ["(unclosed"]}, "protect: '(unclosed' is not a valid regular expression"),
     ({"match": ["[bad"]}, "match: '[bad' is not a valid regular expression"),
     ({"gpus": ["GPU-nope"]}, "gpus: 'GPU-nope' matches no GPU on this host"),
+    ({"exclude": ["9"]}, "exclude: '9' matches no GPU on this host"),
+    ({"spare_units": ["sglang.socket"]}, "spare_units: 'sglang.socket' is a socket unit"),
     ({"term_timeout": "soon"}, "term_timeout"),
 ])
 def test_bad_input_fails_naming_it_and_changes_nothing(lab, node, bad, named):

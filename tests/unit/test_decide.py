@@ -177,6 +177,52 @@ def test_resolve_gpus_names_the_bad_value_and_the_gpus_that_exist(bad):
     assert repr(bad) in str(err.value) and 'GPU-00000001-0000' in str(err.value)
 
 
+def test_exclude_leaves_gpus_out_of_the_selection_or_of_every_gpu():
+    gpus = [gpu(0), gpu(1), gpu(2)]
+    assert decide.resolve_gpus([], gpus, exclude=['1']) == [0, 2]
+    assert decide.resolve_gpus(['0', '1'], gpus, exclude=['GPU-00000001-0000']) == [0]
+    assert decide.resolve_gpus([], gpus, exclude=['0', '1', '00000000:12:00.0']) == []
+
+
+@pytest.mark.parametrize('bad', ['9', 'GPU-nope'])
+def test_exclude_names_the_bad_value_as_exclude(bad):
+    with pytest.raises(ValueError) as err:
+        decide.resolve_gpus(['0'], [gpu(0), gpu(1)], exclude=[bad])
+    assert str(err.value).startswith('exclude: %r matches no GPU' % bad)
+
+
+def test_unit_names_are_spelled_as_systemd_does_and_bad_ones_named():
+    assert decide.unit_names(['sglang', 'vllm@0.service', 'x.scope', 'sglang.service'], 'spare_units') == [
+        'sglang.service', 'vllm@0.service', 'x.scope']
+    for bad in ('', 'a b', 'x/y.service', 'sglang.socket', '.service'):
+        with pytest.raises(ValueError) as err:
+            decide.unit_names([bad], 'spare_units')
+        assert str(err.value).startswith('spare_units: %r' % bad)
+
+
+def test_spared_holders_neither_hold_their_gpu_nor_count_their_memory_nor_are_targets():
+    unit = '0::/system.slice/sglang.service'
+    s = snap([gpu(0, used=3000, processes=[(10, 2000), (11, 1000)]),
+              gpu(1, used=2100, processes=[(12, 2000)])], [
+        proc(10, name='sglang::schedul', fds=CTX, maps=CTX, cgroup=unit),
+        proc(11, name='stray', fds=CTX, maps=CTX),
+        proc(12, name='sglang::schedul', fds=['/dev/nvidia1'], maps=['/dev/nvidia1'], cgroup=unit),
+    ])
+    holders, _unused, _unused = classify(s)
+    spared = frozenset([10, 12])
+    targets, left = decide.plan_targets(holders, [0, 1], [], spared)
+    assert [t['pid'] for t in targets] == [11] and left == []
+    rows = decide.gpu_table(s, holders, [0, 1], 128, spared)
+    # GPU 0: the stray's context and its 1000 MiB keep it held; GPU 1: 100 MiB left beside the
+    # spared 2000, within the threshold.
+    assert [r['free'] for r in rows] == [False, True]
+    assert rows[1]['holders'] == [12]
+    s.gpus[0].used_mib, s.gpus[0].processes = 2000, [(10, 2000)]
+    holders = [h for h in holders if h['pid'] != 11]
+    assert decide.gpu_table(s, holders, [0], 128, spared)[0]['free'] is True
+    assert decide.gpu_table(s, holders, [0], 128)[0]['free'] is False
+
+
 def test_compile_patterns_names_the_bad_regex():
     with pytest.raises(ValueError) as err:
         decide.compile_patterns(['ok', '(unclosed'], 'protect')

@@ -40,7 +40,7 @@ class ScriptedSurveyor(object):
     def protected_units(self):
         return set()
 
-    def memory_back(self, selected):
+    def memory_back(self, selected, spared_pids=frozenset()):
         return False
 
 
