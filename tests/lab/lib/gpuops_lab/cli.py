@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from . import inventory, node, paths, payload, proc, ssh
+from . import inventory, node, paths, payload, preflight, proc, ssh
 from .node import LabError
 
 
@@ -91,6 +91,10 @@ def cmd_up(args):
         if records or _orphans():
             _say("stopping the nodes that are up, to start the requested set")
             _down_all()
+        # Limits shared with every other lab and the controller itself: refuse now, with the
+        # cause, rather than wait for nodes that can never answer.
+        preflight.check_ssh_ports([paths.node_ip(i) for i in range(1, count + 1)])
+        preflight.check_inotify(count)
         subprocess.run([os.path.join(paths.LAB_DIR, "build-base")], check=True)
         if paths.CONTAINERS:
             subprocess.run([os.path.join(paths.LAB_DIR, "build-podman-layer")], check=True)
@@ -107,6 +111,10 @@ def cmd_up(args):
                 node.boot(record)
             for record in records:
                 node.wait_ready(record)
+        except LabError as e:
+            _say("start failed; removing what was started")
+            _down_all()
+            raise LabError(f"{e}{preflight.inotify_hint(str(e))}") from None
         except BaseException:
             _say("start failed; removing what was started")
             _down_all()
