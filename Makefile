@@ -59,8 +59,10 @@ build: venv
 lab-test: venv host-deps fakegpu collection-link
 	$(VPY) -m pytest -q tests/integration
 
+# From the collection root, molecule finds extensions/molecule/*/ and the shared
+# extensions/molecule/config.yml; the default scenario boots the lab once for all.
 molecule: venv host-deps fakegpu collection-link
-	cd extensions && $(CURDIR)/$(VBIN)/molecule test --all
+	$(VBIN)/molecule test --all
 
 test: venv host-deps fakegpu collection-link
 	$(MAKE) unit
