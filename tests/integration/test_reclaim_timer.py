@@ -1,0 +1,160 @@
+"""roles/reclaim_timer on a lab node: the timer fires, the playbook runs on the node itself
+(ansible-playbook against localhost with a local connection, as ansible-pull runs it) and
+frees a wedged host; a run that finds the host lock taken changes nothing and says so.
+
+The node gets ansible-core from this controller's venv (same Debian 12 Python) and the
+collection as it is in this checkout, under /usr/share/ansible/collections.
+"""
+
+import glob
+import json
+import os
+import shlex
+import subprocess
+import tarfile
+import tempfile
+
+import pytest
+
+from . import scenarios as sc
+from .conftest import REPO, VENV_BIN, ansible_env
+
+ANSIBLE_LIB = "/opt/gpuops-test-ansible"
+NODE_BIN = ANSIBLE_LIB + "/bin"
+COLLECTION = "/usr/share/ansible/collections/ansible_collections/gpuops/reclaim"
+LOCK = "/run/lock/gpuops-reclaim.lock"
+SUMMARY = "/var/lib/gpuops-reclaim/last-run.json"
+# Packages ansible-core needs at run time (its Requires-Dist less cryptography, which only
+# vault and some connection plugins import).
+# ansible-core reads their versions from the *.dist-info metadata.
+PACKAGES = ("ansible", "ansible_core-*.dist-info", "jinja2", "jinja2-*.dist-info", "markupsafe",
+            "markupsafe-*.dist-info", "yaml", "[Pp]y[Yy][Aa][Mm][Ll]-*.dist-info", "packaging",
+            "packaging-*.dist-info", "resolvelib", "resolvelib-*.dist-info")
+COLLECTION_PARTS = ("galaxy.yml", "meta", "plugins", "roles", "playbooks")
+RUN_BOUND_S = 240        # a timer run on this shared 2-core machine: bound, not expectation
+
+
+def site_packages():
+    found = glob.glob(os.path.join(os.path.dirname(VENV_BIN), "lib", "python3*", "site-packages"))
+    assert found, "no site-packages under %s" % os.path.dirname(VENV_BIN)
+    return found[0]
+
+
+def ship(lab, node, members, dest):
+    """Copy (path in archive -> local path) to dest on the node through unarchive."""
+    with tempfile.TemporaryDirectory(prefix="timer-test-") as tmp:
+        archive = os.path.join(tmp, "payload.tar.gz")
+        with tarfile.open(archive, "w:gz") as tar:
+            for name, path in members:
+                tar.add(path, arcname=name, filter=lambda t: None if "__pycache__" in t.name else t)
+        lab.exec(node, "mkdir -p %s" % dest)
+        result = lab.module(node, "ansible.builtin.unarchive", {"src": archive, "dest": dest})
+        assert not result.get("failed"), result
+
+
+def install_ansible_and_collection(lab, node):
+    site = site_packages()
+    members = []
+    for pattern in PACKAGES:
+        paths = glob.glob(os.path.join(site, pattern))
+        assert paths, "%s not found in %s" % (pattern, site)
+        members += [(os.path.join("lib", os.path.basename(p)), p) for p in paths]
+    ship(lab, node, members, ANSIBLE_LIB)
+    wrappers = " && ".join(
+        "printf '#!/bin/sh\\nPYTHONPATH=%s/lib exec /usr/bin/python3 -m ansible %s \"$@\"\\n' >%s/ansible-%s "
+        "&& chmod 755 %s/ansible-%s" % (ANSIBLE_LIB, cli, NODE_BIN, cli, NODE_BIN, cli)
+        for cli in ("playbook", "pull"))
+    lab.exec(node, "mkdir -p %s && %s" % (NODE_BIN, wrappers))
+    ship(lab, node, [(part, os.path.join(REPO, part)) for part in COLLECTION_PARTS], COLLECTION)
+
+
+def apply_timer(lab, node, **role_vars):
+    with tempfile.TemporaryDirectory(prefix="timer-play-") as tmp:
+        play = os.path.join(tmp, "play.json")
+        with open(play, "w") as f:
+            json.dump([{"hosts": node, "gather_facts": False,
+                        "roles": [dict({"role": "gpuops.reclaim.reclaim_timer"}, **role_vars)]}], f)
+        run = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", lab.inventory, play],
+                             env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+def wedge(lab, node, name):
+    """Two orphaned TP ranks (parent SIGKILLed) and a holder that ignores SIGTERM."""
+    server = sc.hold(lab, node, name, "--child", "0:30000:sglang::scheduler_TP0", "--child",
+                     "1:30000:sglang::scheduler_TP1", "--title", "python3 -m sglang.launch_server --tp 2")
+    sc.kill9_and_wait_reaped(lab, node, server["pid"])
+    stuck = sc.hold(lab, node, name + "-term", "--gpu", "2:6000", "--ignore-term", "--title", "run_inference")
+    return server["processes"] + [{"pid": stuck["pid"], "start_time": stuck["start_time"]}]
+
+
+def journal(lab, node, since_cursor=None):
+    cmd = "journalctl -u gpuops-reclaim.service --no-pager -o cat"
+    if since_cursor:
+        cmd += " --after-cursor=%s" % shlex.quote(since_cursor)
+    return lab.exec(node, cmd).stdout
+
+
+def cursor(lab, node):
+    return lab.exec(node, "journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'").stdout.strip()
+
+
+@pytest.fixture
+def timer_node(lab, node):
+    install_ansible_and_collection(lab, node)
+    yield node
+    lab.exec(node, "systemctl disable --now gpuops-reclaim.timer; systemctl stop gpuops-reclaim.service; "
+                   "rm -f /etc/systemd/system/gpuops-reclaim.* /usr/local/sbin/gpuops-reclaim-run %s; "
+                   "systemctl daemon-reload; pkill -f 'flock %s' || true" % (SUMMARY, LOCK), check=False)
+
+
+def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(lab, timer_node):
+    node = timer_node
+    holders = wedge(lab, node, "timer-a")
+    monitor_pid = lab.exec(node, "setsid -f systemd-run --quiet --scope --collect --unit=gpuops-t-monitor -- "
+                                 "sh -c 'exec sleep 600 3</dev/nvidiactl' </dev/null >/dev/null 2>&1; "
+                                 "sleep 0.2; pgrep -f 'sleep 600'").stdout.split()[0]
+    start = cursor(lab, node)
+
+    # Install and let the timer (not a person) start the first run, 3 s after install.
+    apply_timer(lab, node, reclaim_timer_ansible_bin=NODE_BIN, reclaim_timer_first_run="3s",
+                reclaim_timer_interval="1h", reclaim_timer_randomized_delay="0",
+                reclaim_timer_extra_args=["-e", "gpus_free_term_timeout=2"])
+    sc.wait_until(lab, node, "[ \"$(systemctl show gpuops-reclaim.service -p ExecMainExitTimestampMonotonic --value)\" "
+                             "-gt 0 ] && ! systemctl is-active -q gpuops-reclaim.service",
+                  "first timer run finished", timeout=RUN_BOUND_S)
+    log = journal(lab, node, start)
+    result = lab.exec(node, "systemctl show gpuops-reclaim.service -p Result -p ExecMainStatus").stdout
+    assert "Result=success" in result and "ExecMainStatus=0" in result, result + log
+    assert "PLAY RECAP" in log and "GPUs reclaimed" in log, log
+    for index in (0, 1, 2):
+        assert sc.gpu_used_mib(lab, node, index) == 0, log
+    for proc in holders:
+        assert not sc.alive(lab, node, proc["pid"], proc["start_time"]), proc
+    assert lab.exec(node, "kill -0 %s" % monitor_pid, check=False).returncode == 0, "the monitor was killed"
+    summary = sc.read_json(lab, node, SUMMARY)
+    assert summary["hosts"]["localhost"]["status"] == "ok", summary
+    assert summary["hosts"]["localhost"]["changed"] is True, summary
+    timer = lab.exec(node, "systemctl is-enabled gpuops-reclaim.timer; systemctl is-active gpuops-reclaim.timer").stdout
+    assert timer.split() == ["enabled", "active"], timer
+
+    # Someone else holds the host lock: a run started now skips, changes nothing, succeeds.
+    held = wedge(lab, node, "timer-b")
+    sc.start_in_scope(lab, node, "lock", "flock %s sleep 600" % LOCK)
+    sc.wait_until(lab, node, "! flock --nonblock %s true" % LOCK, "lock taken by the test")
+    start = cursor(lab, node)
+    lab.exec(node, "systemctl start gpuops-reclaim.service", timeout=RUN_BOUND_S)
+    log = journal(lab, node, start)
+    assert "another run holds %s: skipped" % LOCK in log, log
+    assert "PLAY RECAP" not in log, log
+    assert "Result=success" in lab.exec(node, "systemctl show gpuops-reclaim.service -p Result").stdout
+    for proc in held:
+        assert sc.alive(lab, node, proc["pid"], proc["start_time"]), "a locked-out run signalled %s" % proc
+
+    # Lock released: the next run converges.
+    lab.exec(node, "systemctl stop gpuops-t-lock.scope")
+    lab.exec(node, "systemctl start gpuops-reclaim.service", timeout=RUN_BOUND_S)
+    for proc in held:
+        assert not sc.alive(lab, node, proc["pid"], proc["start_time"]), proc
+    assert sc.gpu_used_mib(lab, node, 2) == 0
