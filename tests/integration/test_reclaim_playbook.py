@@ -1,0 +1,106 @@
+"""playbooks/reclaim.yml on two lab nodes: failures are recorded where they happen, the
+rollout stops after a failed batch (check mode does not stop: it reports every host), and
+every run leaves one summary file saying, per host, what was there, what was done and
+what failed and why.
+
+Both nodes ask for a server on GPU 0 with a port no server can have (70000), so the
+inference_service role refuses it in its input checks, before touching anything; node2
+also has an orphaned TP rank on GPU 3, which no server is assigned to.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from . import scenarios as sc
+from .conftest import REPO, VENV_BIN, ansible_env
+
+PLAYBOOK = os.path.join(REPO, "playbooks", "reclaim.yml")
+BAD_SERVER = {"inference_service_name": "sglang", "inference_service_gpus": ["0"],
+              "inference_service_port": 70000, "inference_service_flags": {"tp_size": 1},
+              "gpus_free_term_timeout": 2}
+
+
+@pytest.fixture
+def two_nodes(lab, clean_gpus):
+    if len(lab.nodes) < 2:
+        pytest.skip("needs LAB_NODES >= 2 (one batch fails, the next must be left out)")
+    first, second = lab.nodes[0], lab.nodes[1]
+    for name in (first, second):
+        sc.cleanup(lab, name)
+    tmp = tempfile.mkdtemp(prefix="reclaim-play-")
+    shutil.copy(lab.inventory, os.path.join(tmp, "inventory.ini"))
+    os.mkdir(os.path.join(tmp, "host_vars"))
+    for name in (first, second):
+        with open(os.path.join(tmp, "host_vars", name + ".yml"), "w") as f:
+            json.dump(BAD_SERVER, f)
+    yield lab, first, second, tmp
+    for name in (first, second):
+        sc.cleanup(lab, name)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_playbook(tmp, nodes, *extra):
+    summary = os.path.join(tmp, "summary.json")
+    if os.path.exists(summary):
+        os.unlink(summary)
+    run = subprocess.run(
+        [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
+         "-l", ",".join(nodes), "-e", "reclaim_serial=1", "-e", "reclaim_max_fail_percentage=0",
+         "-e", "reclaim_summary_file=" + summary] + list(extra),
+        env=ansible_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert os.path.exists(summary), "no summary file (rc %d)\n%s%s" % (run.returncode, run.stdout, run.stderr)
+    with open(summary) as f:
+        return run, json.load(f)
+
+
+def orphan_on_gpu3(lab, node):
+    record = sc.hold(lab, node, "orphan-parent", "--child", "3:20000:sglang::scheduler_TP3",
+                     "--title", "python3 -m sglang.launch_server")
+    sc.kill9_and_wait_reaped(lab, node, record["pid"])
+    return record["processes"][0]
+
+
+def test_check_mode_reports_every_host_and_changes_nothing(two_nodes):
+    lab, first, second, tmp = two_nodes
+    orphan = orphan_on_gpu3(lab, second)
+    run, summary = run_playbook(tmp, [first, second], "--check", "--diff")
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out
+    assert summary["check_mode"] is True
+    # The first batch failed, yet the second host was still checked: both refusals are reported.
+    for name in (first, second):
+        host = summary["hosts"][name]
+        assert host["status"] == "failed", host
+        assert host["failure"]["stage"] == "restart" and "70000" in host["failure"]["msg"], host
+    held = {g["index"]: g for g in summary["hosts"][second]["gpus_before"]}
+    assert held[3]["free"] is False and orphan["pid"] in held[3]["holders"], held
+    assert [a["step"] for a in summary["hosts"][second]["actions"]] and all(
+        a["result"].startswith("planned") for a in summary["hosts"][second]["actions"]), summary["hosts"][second]
+    assert sc.alive(lab, second, orphan["pid"], orphan["start_time"]), "check mode signalled the orphan"
+
+
+def test_a_failed_batch_stops_the_rollout_and_the_summary_says_why(two_nodes):
+    lab, first, second, tmp = two_nodes
+    orphan = orphan_on_gpu3(lab, second)
+    run, summary = run_playbook(tmp, [first, second])
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out
+    assert summary["check_mode"] is False
+    assert summary["hosts"][first]["status"] == "failed", summary["hosts"][first]
+    assert "70000" in summary["hosts"][first]["failure"]["msg"]
+    # The second host's server was never tried (left out after the failed batch), but the
+    # orphan on GPU 3, which no server is assigned to, was freed in the first play.
+    assert summary["hosts"][second]["status"] == "ok", summary["hosts"][second]
+    assert summary["server_batches_with_failures"] == [[first]], summary
+    after = {g["index"]: g for g in summary["hosts"][second]["gpus_after"]}
+    assert after[3]["free"] is True, after
+    assert 0 not in after, "GPU 0 is the server's: the stray play must leave it out (%s)" % after
+    assert not sc.alive(lab, second, orphan["pid"], orphan["start_time"])
+    assert summary["hosts"][second]["changed"] is True
+    assert "fatal: [%s]" % second not in out, out
+    assert "fatal: [%s]" % first in out, out
