@@ -13,6 +13,8 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+
 # Processes whose death hurts the host more than a held GPU (FIELD_NOTES, failure mode 8/9).
 # Matched against the process name and the base name of argv[0]; comm is cut at 15 chars.
 INFRASTRUCTURE = (
@@ -27,6 +29,7 @@ PROTECTED_UNIT_PATTERN = re.compile(
     r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|nvidia-persistenced|'
     r'nvidia-fabricmanager|dcgm.*|nvidia-dcgm.*|slurmd|slurmstepd|kubelet|containerd|docker)\.service$')
 CONTAINER_INIT = "init of a container's PID namespace"
+POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
 # A PID above the kernel's hard limit (4194304) or 0 comes from mismatched NVML bindings.
 PID_MAX_LIMIT = 4194304
 # Per-GPU device nodes are /dev/nvidia<minor>; nvidiactl, nvidia-uvm, nvidia-caps/* and
@@ -52,14 +55,20 @@ def infrastructure_name(name, cmdline):
     return None
 
 
-def protection_reason(proc, own_tree, patterns):
-    """Why a process must never be signalled, or None. `proc` is a gpu_observe.ProcState."""
+def protection_reason(proc, own_tree, patterns, owner=None):
+    """Why a process must never be signalled, or None. `proc` is a gpu_observe.ProcState,
+    `owner` its gpu_owner record (read from its cgroup when not given)."""
     if proc.pid <= 1:
         return 'PID %d is the init process' % proc.pid
     if proc.kthread:
         return 'kernel thread'
     if proc.pid in own_tree:
         return 'part of the process tree running this module (its caller or its own child)'
+    owner = owner or gpu_owner.owner_from_cgroup(proc.cgroup)
+    if owner['kind'] == gpu_owner.POD:
+        # The kubelet owns every process of a pod: signalled from under it, a pod's process is
+        # restarted or its pod rescheduled; only the Kubernetes API may end it.
+        return POD_PROTECTED
     if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1:
         return CONTAINER_INIT
     infra = infrastructure_name(proc.name, proc.cmdline)
@@ -199,8 +208,9 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
 
 
 def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus):
-    reason = protection_reason(proc, own_tree, patterns)
-    unit = unit_from_cgroup(proc.cgroup)
+    owner = gpu_owner.owner_from_cgroup(proc.cgroup)
+    reason = protection_reason(proc, own_tree, patterns, owner)
+    unit = owner['unit']
     restart, active = units.get(unit, (None, None)) if unit else (None, None)
     other_ns = bool(snapshot.own_pidns and proc.pidns and proc.pidns != snapshot.own_pidns)
     parent = snapshot.procs.get(proc.ppid)
@@ -223,6 +233,7 @@ def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, 
         'evidence': sorted(evidence),
         'kind': kind,
         'other_pid_namespace': other_ns,
+        'owner': owner,
         'ignores_sigterm': proc.ignores_sigterm,
         'protected': reason is not None,
         'protected_reason': reason,
@@ -254,23 +265,9 @@ def unit_names(values, option):
 
 
 def unit_from_cgroup(text):
-    """The systemd unit (service or scope) owning a process, from /proc/PID/cgroup text."""
-    path = None
-    for line in (text or '').splitlines():
-        parts = line.split(':', 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == '0' and parts[1] == '':
-            path = parts[2]
-            break
-        if parts[1] == 'name=systemd':
-            path = parts[2]
-    if not path:
-        return None
-    for component in reversed(path.split('/')):
-        if component.endswith(_UNIT_SUFFIXES):
-            return component
-    return None
+    """The systemd unit of this host (service or scope) owning a process, from /proc/PID/cgroup
+    text; None for a process of a guest (its units are the guest's) or of a pod."""
+    return gpu_owner.owner_from_cgroup(text)['unit']
 
 
 def gpu_table(snapshot, holders, selected, free_threshold_mib, spared_pids=frozenset()):
@@ -382,11 +379,11 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset()):
             sentences.append(
                 '%s belongs to %s with Restart=%s: killing it brings it back; stop the unit '
                 '(stop_units: true).' % (_who(holder), holder['unit'], holder['unit_restart']))
-        if holder['protected_reason'] == CONTAINER_INIT and set(holder['context_gpus']) & selected:
-            sentences.append(
-                '%s is the init of a container (PID 1 in its own PID namespace) and holds GPU %s: '
-                'this module never signals it; stop that container from its host.'
-                % (_who(holder), ','.join(str(i) for i in holder['context_gpus'])))
+        if set(holder['context_gpus']) & selected:
+            said = owner_lever(holder)
+            if said:
+                sentences.append('%s holds GPU %s: %s.' % (
+                    _who(holder), ','.join(str(i) for i in holder['context_gpus']), said))
         if holder['other_pid_namespace'] and not holder['protected']:
             sentences.append('%s runs in another PID namespace (a container) than this module.'
                              % _who(holder))
@@ -448,8 +445,84 @@ def units_to_stop(targets, protected_units):
     return units
 
 
+_GUEST_STOP_UNIT = {
+    'proxmox': 'pct exec {id} -- systemctl stop {unit}',
+    'lxc': 'lxc-attach -n {id} -- systemctl stop {unit}',
+    'systemd-nspawn': 'systemctl -M {id} stop {unit}',
+}
+
+
+def is_container_init(holder):
+    return holder.get('protected_reason') == CONTAINER_INIT
+
+
+def container_restarts(holder):
+    """The restart policy of the holder's container when its runtime brings it back."""
+    owner = holder.get('owner') or {}
+    policy = owner.get('restart_policy')
+    if owner.get('kind') == gpu_owner.CONTAINER and policy and policy != 'no':
+        return policy
+    return None
+
+
+def stoppable_container(holder):
+    """The holder's container when its runtime can stop it from here (see gpu_owner.RUNTIMES)."""
+    owner = holder.get('owner') or {}
+    if owner.get('kind') != gpu_owner.CONTAINER or not owner.get('id'):
+        return None
+    row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
+    return owner if row.get('stop') else None
+
+
+def owner_lever(holder):
+    """The lever that the holder's owner (a pod, a container, a guest) calls for, as a clause;
+    None when the owner calls for nothing beyond the signal ladder."""
+    owner = holder.get('owner') or gpu_owner.new_owner(gpu_owner.NONE)
+    what = gpu_owner.describe(owner)
+    if owner['kind'] == gpu_owner.POD:
+        pod = owner['pod'] or {}
+        if pod.get('name'):
+            how = '`kubectl delete pod -n %s %s`' % (pod.get('namespace'), pod['name'])
+        else:
+            how = ('find it with `kubectl get pods -A -o custom-columns=NS:.metadata.namespace,'
+                   'NAME:.metadata.name,UID:.metadata.uid | grep %s`' % pod.get('uid'))
+        return ('it belongs to %s and is never signalled from under the kubelet: delete or evict '
+                'the pod (%s, or drain the node)' % (what, how))
+    container = stoppable_container(holder)
+    if container:
+        stop = ' '.join(gpu_owner.runtime_argv(container['runtime'], 'stop', container, grace=10))
+        if is_container_init(holder):
+            return ('it is the init of %s, which this module never signals: stop the container '
+                    '(stop_containers: true, or `%s`)' % (what, stop))
+        policy = container_restarts(holder)
+        if policy:
+            return ('its %s restarts it (restart policy %s): stop the container '
+                    '(stop_containers: true, or `%s`)' % (what, policy, stop))
+        return None
+    if is_container_init(holder):
+        if owner['kind'] == gpu_owner.GUEST:
+            return ('it is the init of %s, which this module never signals: stop the guest itself '
+                    'only if the whole guest must go' % what)
+        named = what if owner['kind'] == gpu_owner.CONTAINER else (
+            'a container (cgroup %s)' % owner['cgroup'] if owner['cgroup'] else 'a container')
+        return ('it is the init of %s whose runtime this module cannot reach, and it is never '
+                'signalled: stop that container with the tool that started it (docker, podman, '
+                'nerdctl stop), or from the host around it' % named)
+    if owner['kind'] == gpu_owner.GUEST and owner['guest_unit'] and owner['guest_unit'].endswith('.service'):
+        template = _GUEST_STOP_UNIT.get(owner['runtime'])
+        how = template.format(id=owner['id'], unit=owner['guest_unit']) if template and owner['id'] else (
+            'systemctl stop %s inside the guest' % owner['guest_unit'])
+        return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
+                'in the guest (`%s`)' % (what, how))
+    return None
+
+
 def next_lever(holder):
     """What a person can do about a holder the ladder could not remove."""
+    said = owner_lever(holder)
+    # A pod's or container's init is protected for a reason its owner names best.
+    if said and (holder.get('protected_reason') in (POD_PROTECTED, CONTAINER_INIT)):
+        return said
     if holder.get('protected'):
         return ('it is protected (%s): stop it deliberately, outside this module, if it really '
                 'must go' % holder['protected_reason'])
@@ -462,6 +535,8 @@ def next_lever(holder):
             holder['ppid'], holder.get('parent_name') or 'unknown')
     if holder.get('reason') == 'does not match the match filter':
         return 'it does not match `match`: widen the filter or stop it yourself'
+    if said:
+        return said
     if holder['unit'] and holder.get('unit_restart') not in (None, 'no'):
         return 'its unit %s restarts it (Restart=%s): use stop_units: true or `systemctl stop %s`' % (
             holder['unit'], holder['unit_restart'], holder['unit'])

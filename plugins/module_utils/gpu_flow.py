@@ -111,6 +111,7 @@ class Surveyor(object):
         units = self._units_of(snapshot)
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
                                                         self.free_threshold_mib)
+        name_owners(holders, self.nvml_timeout)
         for holder in holders:
             if holder['parent_name'] is None and holder['ppid']:
                 parent = observe.describe_process(holder['ppid'], self.proc)
@@ -145,6 +146,24 @@ class Surveyor(object):
         gpus = observe.read_gpus(self.nvml_timeout, backend=self.backend)
         return all(g.used_mib - decide.spared_mib(g, spared_pids) <= self.free_threshold_mib
                    for g in gpus if g.index in selected)
+
+
+def name_owners(holders, timeout):
+    """Fill in each container's, pod's and guest's readable name, restart policy and pod from
+    its runtime's CLI, asking once per owner."""
+    asked = {}
+    for holder in holders:
+        owner = holder['owner']
+        if owner['kind'] not in ('container', 'pod', 'guest') or not owner['id']:
+            continue
+        key = (owner['runtime'], owner['id'])
+        if key not in asked:
+            asked[key] = observe.runtime_details(owner, timeout)
+        details = dict(asked[key])
+        pod = details.pop('pod', None)
+        owner.update((k, v) for k, v in details.items() if v is not None)
+        if pod and owner['kind'] == 'pod':
+            owner['pod'] = dict(owner['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
 
 
 def survey_result(survey):

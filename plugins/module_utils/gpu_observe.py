@@ -18,6 +18,8 @@ import subprocess
 import threading
 import time
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+
 try:
     import pynvml
     HAS_PYNVML = True
@@ -515,6 +517,24 @@ def unit_restart_policy(unit, timeout=10):
         return None, None
     values = dict(line.split('=', 1) for line in out.stdout.splitlines() if '=' in line)
     return values.get('Restart'), values.get('ActiveState')
+
+
+def runtime_details(owner, timeout=10):
+    """What a container's, pod's or guest's runtime says about it (gpu_owner.parse_inspect):
+    its readable name, restart policy, pod. Empty when the runtime's CLI is not on this host,
+    fails or does not answer within `timeout` seconds: the owner is then named by its id."""
+    row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
+    argv = gpu_owner.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
+    if not argv or not row.get('cli') or not _which(row['cli']):
+        return {}
+    try:
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                             check=False, universal_newlines=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if out.returncode != 0:
+        return {}
+    return gpu_owner.parse_inspect(row['parse'], out.stdout)
 
 
 def take_snapshot(nvml_timeout, dev_dir='/dev', proc='/proc', deep=False, backend=None):

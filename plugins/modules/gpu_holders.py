@@ -25,9 +25,12 @@ description:
     apart as RV(clients).
   - Device nodes are mapped to GPU indices through NVML's minor numbers, never by assuming
     that C(/dev/nvidiaN) is GPU N.
-  - Marks processes that must never be signalled (PID 1, kernel threads, this module and the
-    session that runs it, GPU and cluster infrastructure such as nvidia-persistenced,
-    nv-hostengine, dcgm-exporter, nv-fabricmanager, Xorg, MPS, slurmstepd, orted, plus
+  - Names each holder's owner from C(/proc/PID/cgroup) (RV(holders[].owner)): a systemd unit, a
+    docker, podman or containerd container, a Kubernetes pod, an LXC, Proxmox or systemd-nspawn
+    guest, with its readable name where the runtime's CLI is on the host.
+  - Marks processes that must never be signalled (PID 1, kernel threads, every process of a
+    Kubernetes pod, the init of a container or guest, this module and the session that runs
+    it, GPU and cluster infrastructure such as nvidia-persistenced, nv-hostengine, dcgm-exporter, nv-fabricmanager, Xorg, MPS, slurmstepd, orted, plus
     O(protect)).
   - Explains in RV(diagnosis) what a process list cannot show, such as memory held by no visible
     process, NVML PIDs that do not exist here, D-state holders, zombies, and holders whose
@@ -213,6 +216,55 @@ holders:
       description: "It runs in another PID namespace than this module (a container)."
       type: bool
       returned: success
+    owner:
+      description:
+        - "What owns it, read from /proc/PID/cgroup (cgroup v1, v2 or hybrid); the outermost owner
+          wins (a docker container inside an LXC guest belongs to the guest, seen from the host)."
+        - "Where the runtime's CLI is on this host (docker, podman, nerdctl, crictl, pct), its
+          readable name, restart policy and pod come from it; otherwise they are null."
+      type: dict
+      returned: success
+      contains:
+        kind:
+          description: "pod (Kubernetes; never signalled), container, guest (LXC, Proxmox, systemd-nspawn),
+            service, session, scope (another systemd scope, or a unit of a user's own manager) or none."
+          type: str
+        runtime:
+          description: "docker, podman, containerd (nerdctl, ctr), cri-containerd, cri-o, lxc, proxmox,
+            systemd-nspawn, systemd (for units), or null."
+          type: str
+        id:
+          description: "Container id (64 hex digits), guest name or Proxmox VMID, or null."
+          type: str
+        name:
+          description: "Readable name from the runtime's CLI (container name, guest hostname), or null."
+          type: str
+        namespace:
+          description: "containerd namespace of a containerd container, else null."
+          type: str
+        unit:
+          description: "This host's systemd unit owning it (a service, session, scope or the
+            container's scope), or null; a guest's own units are never this host's."
+          type: str
+        guest_unit:
+          description: "The unit inside a guest or container that runs it (e.g. sglang.service in an
+            LXC guest), or null."
+          type: str
+        pod:
+          description: "For kind pod, C({namespace, name, uid}); namespace and name need crictl or docker
+            labels, the uid comes from the cgroup path. Null otherwise."
+          type: dict
+        restart_policy:
+          description: "The container's restart policy from its runtime (always, unless-stopped,
+            on-failure, no), or null when unknown."
+          type: str
+        cgroup:
+          description: "The cgroup path the owner was read from."
+          type: str
+      sample: {kind: container, runtime: podman, id: 9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b,
+               name: sglang, namespace: null, unit: libpod-9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b.scope,
+               guest_unit: null, pod: null, restart_policy: always,
+               cgroup: /machine.slice/libpod-9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b.scope}
     ignores_sigterm:
       description: "Its signal mask ignores SIGTERM (SigIgn), so only SIGKILL ends it."
       type: bool

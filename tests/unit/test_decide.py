@@ -333,7 +333,75 @@ def test_a_container_init_holding_a_gpu_is_explained_not_targeted():
     holders, _unused, _unused = classify(s)
     assert decide.plan_targets(holders, [5], [])[0] == []
     text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [5], 128)))
-    assert 'PID 40 (fakegpu) is the init of a container' in text and 'stop that container from its host' in text
+    assert 'PID 40 (fakegpu) holds GPU 5: it is the init of a container (cgroup /user.slice/session-1.scope)' in text
+    assert 'runtime this module cannot reach' in text and 'from the host around it' in text
+
+
+CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
+POD_UID = '74c13223-5a00-11e9-b385-42010a80018d'
+
+
+def held_by(cgroup, nspid=None, name='sglang'):
+    s = snap([gpu(3, used=1500, processes=[(50, 1500)])],
+             [proc(50, name=name, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'], cgroup=cgroup,
+                   nspid=nspid, pidns='pid:[999]' if nspid else OWN_NS)])
+    holders = classify(s)[0]
+    return s, holders
+
+
+def test_a_pod_process_is_protected_and_named_with_the_pod_lever():
+    cgroup = '0::/kubepods/besteffort/pod%s/%s\n' % (POD_UID, CID)
+    s, holders = held_by(cgroup)
+    assert holders[0]['protected'] and holders[0]['protected_reason'] == decide.POD_PROTECTED
+    assert holders[0]['owner']['pod']['uid'] == POD_UID
+    assert decide.plan_targets(holders, [3], [])[0] == []
+    holders[0]['owner']['pod'].update(namespace='infer', name='sglang-0')
+    lever = decide.next_lever(holders[0])
+    assert 'Kubernetes pod infer/sglang-0' in lever and 'kubectl delete pod -n infer sglang-0' in lever
+    assert 'never signalled from under the kubelet' in lever
+
+
+def test_a_podman_container_init_names_the_container_and_its_stop():
+    s, holders = held_by('0::/machine.slice/libpod-%s.scope\n' % CID, nspid=[50, 1])
+    holder = holders[0]
+    assert holder['protected_reason'] == decide.CONTAINER_INIT
+    assert decide.stoppable_container(holder)['id'] == CID
+    holder['owner']['name'] = 'hog'
+    lever = decide.next_lever(holder)
+    assert 'init of podman container hog (%s)' % CID[:12] in lever
+    assert 'stop_containers: true' in lever and '`podman stop -t 10 -- %s`' % CID in lever
+
+
+def test_a_container_that_restarts_its_holder_is_named():
+    s, holders = held_by('0::/system.slice/docker-%s.scope\n' % CID)
+    holder = holders[0]
+    assert not holder['protected']
+    assert decide.next_lever(holder).startswith('it survived SIGKILL')   # no policy known
+    holder['owner'].update(name='sglang', restart_policy='always')
+    assert decide.container_restarts(holder) == 'always'
+    lever = decide.next_lever(holder)
+    assert 'docker container sglang' in lever and 'restart policy always' in lever
+    assert '`docker stop -t 10 -- %s`' % CID in lever
+
+
+def test_a_guest_process_is_named_with_its_guest_and_its_unit_is_not_this_hosts():
+    s, holders = held_by('0::/lxc/101/ns/system.slice/sglang.service\n')
+    holder = holders[0]
+    assert holder['unit'] is None                  # never `systemctl stop` on the host
+    assert holder['owner']['guest_unit'] == 'sglang.service'
+    assert decide.units_to_stop(holders, set()) == []
+    lever = decide.next_lever(holder)
+    assert 'Proxmox guest 101, unit sglang.service inside it' in lever
+    assert '`pct exec 101 -- systemctl stop sglang.service`' in lever
+    text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [3], 128)))
+    assert 'PID 50 (sglang) holds GPU 3: it runs in Proxmox guest 101' in text
+
+
+def test_a_guest_init_stays_protected_and_is_named():
+    s, holders = held_by('0::/lxc/101/ns/init.scope\n', nspid=[50, 1], name='systemd')
+    holder = holders[0]
+    assert holder['protected']
+    assert 'init of Proxmox guest 101' in decide.next_lever(holder)
 
 
 def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
