@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
 
 SENT, GONE, REUSED, REFUSED = 'sent', 'gone', 'reused', 'refused'
@@ -114,6 +115,20 @@ def stop_unit(unit, timeout, clock=time.monotonic):
                                                               and state != 'active')
     done = wait_for(inactive, timeout, clock=clock)[0]
     return 'stopped' if done else 'stopping (still deactivating after %ss)' % timeout
+
+
+def stop_container(owner, grace):
+    """Stop a container through its runtime (`podman stop -t GRACE ID`, never a removal), so
+    that its restart policy cannot bring its processes back and its init is reached.
+
+    The runtime sends the container's stop signal, waits up to `grace` seconds, then SIGKILLs;
+    the command returns once the container has exited.
+    """
+    argv = gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
+    if not argv:
+        return 'refused: %s containers are never stopped by this module' % owner['runtime']
+    rc, out = _run(argv, timeout=grace + 30)
+    return 'stopped' if rc == 0 else 'failed (rc=%d): %s' % (rc, out)
 
 
 def reset_gpu(index, persistence_mode, timeout):

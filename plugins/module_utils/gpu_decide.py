@@ -432,6 +432,26 @@ def skip_reason(holder, match_patterns):
     return None
 
 
+def containers_to_stop(holders, selected, match_patterns, protected_ids=frozenset()):
+    """Containers owning holders of the selected GPUs that their runtime may stop, first seen
+    first: a container's init is reachable no other way, and a restart policy brings back
+    whatever is killed inside. Never a pod's (no runtime row stops one), never one whose
+    holder is protected for another reason than being its init, never the caller's own."""
+    selected = set(selected)
+    found = []
+    for holder in holders:
+        container = stoppable_container(holder)
+        if not container or not set(holder['context_gpus']) & selected:
+            continue
+        if holder['protected'] and not is_container_init(holder):
+            continue
+        if not holder_matches(holder, match_patterns) or container['id'] in protected_ids:
+            continue
+        if all(c['id'] != container['id'] for c in found):
+            found.append(container)
+    return found
+
+
 def units_to_stop(targets, protected_units):
     """Service units that own targets and may be stopped, in first-seen order."""
     units = []

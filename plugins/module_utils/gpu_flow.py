@@ -18,6 +18,7 @@ import time
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 
 
 # The options every surveying module takes; their documentation is the gpu_survey doc fragment.
@@ -90,6 +91,16 @@ class Surveyor(object):
         self.proc = proc
         self.backend = backend or observe.backend_name()
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
+
+    def protected_containers(self):
+        """Ids of containers holding this module's ancestors (the caller's own container)."""
+        ids = set()
+        for pid in self.own_ancestors:
+            info = observe.describe_process(pid, self.proc)
+            owner = gpu_owner.owner_from_cgroup(info.cgroup) if info else None
+            if owner and owner['kind'] == gpu_owner.CONTAINER and owner['id']:
+                ids.add(owner['id'])
+        return ids
 
     def protected_units(self):
         """Units never stopped: the spared ones, and those holding this module's ancestors
@@ -183,12 +194,13 @@ class Ladder(object):
 
     def __init__(self, surveyor, term_timeout=30.0, release_timeout=60.0, passes=3, stop_units=True,
                  match=None, force=False, allow_reset=False, check_mode=False,
-                 clock=time.monotonic):
+                 clock=time.monotonic, stop_containers=True):
         self.surveyor = surveyor
         self.term_timeout = term_timeout
         self.release_timeout = release_timeout
         self.passes = passes
         self.stop_units = stop_units
+        self.stop_containers = stop_containers
         self.match = decide.compile_patterns(match, 'match')
         self.force = force
         self.allow_reset = allow_reset
@@ -197,6 +209,7 @@ class Ladder(object):
         self.started = None
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
+        self.stopped_containers = set()   # (runtime, id) already stopped: never twice
 
     def _record(self, step, result, **what):
         entry = {'at_s': round(self.clock() - self.started, 3), 'step': step, 'result': result}
@@ -223,10 +236,14 @@ class Ladder(object):
     def _climb(self, first):
         """The ladder proper, from the first survey to the last; returns the last survey."""
         protected_units = self.surveyor.protected_units()
+        protected_containers = self.surveyor.protected_containers()
         current = first
         for attempt in range(self.passes + 1):
-            targets = decide.plan_targets(current.holders, current.selected, self.match,
-                                          current.spared_pids)[0]
+            if self.stop_containers and self._stop_containers(current, protected_containers):
+                current = self.surveyor.survey()
+                if current.free:
+                    break
+            targets = self._targets(current)
             targets = [t for t in targets if (t['pid'], t['start_time']) not in self.killed]
             if not targets:
                 break
@@ -242,6 +259,26 @@ class Ladder(object):
         if not current.free and self.allow_reset:
             current = self._reset(current)
         return current
+
+    def _targets(self, survey):
+        """The holders to signal: without the container lever, not those a container's restart
+        policy would only bring back (they are named in the failure instead)."""
+        targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids)[0]
+        if self.stop_containers:
+            return targets
+        return [t for t in targets if not decide.container_restarts(t)]
+
+    def _stop_containers(self, survey, protected_ids):
+        """Stop the containers owning holders of the selected GPUs; True when any was asked."""
+        holders = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
+        containers = [c for c in decide.containers_to_stop(holders, survey.selected, self.match, protected_ids)
+                      if (c['runtime'], c['id']) not in self.stopped_containers]
+        grace = 0 if self.force else self.term_timeout
+        for owner in containers:
+            self.stopped_containers.add((owner['runtime'], owner['id']))
+            self._record('stop_container', act.stop_container(owner, grace), container=owner['id'],
+                         runtime=owner['runtime'], name=owner['name'])
+        return bool(containers)
 
     def _escalate(self, targets, protected_units):
         if self.stop_units:
@@ -315,7 +352,13 @@ class Ladder(object):
 
     def _plan(self, survey):
         """Check mode: what the ladder would do, from one observation, sending nothing."""
-        targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids)[0]
+        if self.stop_containers:
+            holders = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
+            for owner in decide.containers_to_stop(holders, survey.selected, self.match,
+                                                   self.surveyor.protected_containers()):
+                self._record('stop_container', 'planned', container=owner['id'], runtime=owner['runtime'],
+                             name=owner['name'])
+        targets = self._targets(survey)
         if self.stop_units:
             for unit in decide.units_to_stop(targets, self.surveyor.protected_units()):
                 self._record('stop_unit', 'planned', unit=unit)

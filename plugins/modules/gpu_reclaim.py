@@ -15,6 +15,7 @@ version_added: "0.1.0"
 description:
   - Finds the holders of the selected GPUs (O(gpus)) exactly as M(gpuops.reclaim.gpu_holders)
     does, then escalates on them only; processes that hold only other GPUs are never touched
+  - 0. stops the container that owns a holder through its runtime (O(stop_containers));
   - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
     bring it back;
   - 2. sends SIGTERM and waits up to O(term_timeout), returning as soon as they are gone; a
@@ -65,6 +66,23 @@ options:
       - Stop the systemd service unit that owns a holder instead of fighting its C(Restart=).
       - Units of this module's own session and infrastructure units (ssh, dbus, dcgm, ...)
         are never stopped.
+    type: bool
+    default: true
+  stop_containers:
+    description:
+      - Stop the docker, podman or containerd (nerdctl) container that owns a holder through its
+        runtime (C(podman stop -t GRACE ID), C(docker stop -t GRACE ID) with O(term_timeout) as
+        the grace, 0 with O(force)), before any signal, so its restart policy cannot bring the
+        holder back and a container's PID 1 holding a GPU is reached. Containers are never
+        removed.
+      - The owner is read from C(/proc/PID/cgroup); the runtime's CLI must be on the host.
+      - A Kubernetes pod's processes are never signalled and its containers never stopped: the
+        failure names the pod and says to delete or evict it.
+      - A container's PID 1 whose runtime is unknown or not on this host stays protected; the
+        failure names the container and the lever.
+      - With V(false), a holder whose container restarts it (its runtime reports a restart
+        policy) is left alone, since killing it would only bring it back, and the failure names
+        the container.
     type: bool
     default: true
   match:
@@ -140,7 +158,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: True when a unit was stopped, a signal was sent or a GPU was reset (in check mode, when something would be).
+  description: True when a container or unit was stopped, a signal was sent or a GPU was reset (in check mode, when something would be).
   returned: always
   type: bool
 actions:
@@ -154,7 +172,7 @@ actions:
       type: float
       returned: always
     step:
-      description: "stop_unit, sigterm, sigkill, rescan, unreachable, wait_release, persistence_off, reset, persistence_on."
+      description: "stop_container, stop_unit, sigterm, sigkill, rescan, unreachable, wait_release, persistence_off, reset, persistence_on."
       type: str
       returned: always
     pid:
@@ -169,6 +187,14 @@ actions:
       description: "The unit, for stop_unit."
       type: str
       returned: when a unit is concerned
+    container:
+      description: "The container id, for stop_container."
+      type: str
+      returned: when a container is concerned
+    runtime:
+      description: "The container's runtime (docker, podman, containerd), for stop_container."
+      type: str
+      returned: when a container is concerned
     gpu:
       description: "The GPU index, for reset steps."
       type: int
@@ -248,6 +274,7 @@ def main():
             release_timeout=dict(type='float', default=60.0),
             passes=dict(type='int', default=3, no_log=False),
             stop_units=dict(type='bool', default=True),
+            stop_containers=dict(type='bool', default=True),
             match=dict(type='list', elements='str', default=[]),
             force=dict(type='bool', default=False),
             allow_reset=dict(type='bool', default=False),
@@ -266,7 +293,8 @@ def main():
         ladder = Ladder(surveyor_from_params(params, spare_units=params['spare_units']), term_timeout=params['term_timeout'],
                         release_timeout=params['release_timeout'], passes=params['passes'],
                         stop_units=params['stop_units'], match=params['match'], force=params['force'],
-                        allow_reset=params['allow_reset'], check_mode=module.check_mode)
+                        allow_reset=params['allow_reset'], check_mode=module.check_mode,
+                        stop_containers=params['stop_containers'])
         result = ladder.run()
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))

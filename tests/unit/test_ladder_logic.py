@@ -40,6 +40,9 @@ class ScriptedSurveyor(object):
     def protected_units(self):
         return set()
 
+    def protected_containers(self):
+        return set()
+
     def memory_back(self, selected, spared_pids=frozenset()):
         return False
 
@@ -68,3 +71,37 @@ def test_a_free_host_gets_no_action_and_no_change():
     free = survey_of([gpu(0)], [])
     result = Ladder(ScriptedSurveyor(free)).run()
     assert result['changed'] is False and result['actions'] == [] and result['free'] is True
+
+
+CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
+
+
+def container_held(nspid=None, policy=None):
+    survey = survey_of([gpu(0, used=5000, processes=[(NO_SUCH_PID, 5000)])],
+                       [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid,
+                             cgroup='0::/machine.slice/libpod-%s.scope\n' % CID)])
+    for holder in survey.holders:
+        holder['owner'].update(name='hog', restart_policy=policy)
+    return survey
+
+
+def test_check_mode_plans_the_container_stop_before_any_signal():
+    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True).run()
+    assert [(a['step'], a.get('container'), a.get('runtime'), a['result']) for a in result['actions']] == [
+        ('stop_container', CID, 'podman', 'planned')]
+    assert result['changed'] is True
+
+
+def test_check_mode_plans_nothing_for_a_container_init_without_the_lever():
+    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True,
+                    stop_containers=False).run()
+    assert result['actions'] == [] and result['changed'] is False
+
+
+def test_without_the_lever_a_restarting_container_is_not_fought():
+    result = Ladder(ScriptedSurveyor(container_held(policy='always')), check_mode=True,
+                    stop_containers=False).run()
+    assert result['actions'] == []
+    plain = Ladder(ScriptedSurveyor(container_held(policy=None)), check_mode=True,
+                   stop_containers=False).run()
+    assert [a['step'] for a in plain['actions']] == ['sigterm', 'sigkill']
