@@ -92,7 +92,7 @@ def container_state(lab, node):
 def holder_pid(lab, node):
     """The node PID of the process holding a stand-in GPU inside the container."""
     out = lab.exec(node, "for p in $(pgrep -f 'fakegpu hold'); do "
-                         "grep -q libpod /proc/$p/cgroup 2>/dev/null && echo $p; done")
+                         "grep -q libpod /proc/$p/cgroup 2>/dev/null && echo $p; done; true")
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 1, out.stdout
     return pids[0], sc.identity(lab, node, pids[0])[0]
