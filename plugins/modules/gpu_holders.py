@@ -25,9 +25,9 @@ description:
     apart as RV(clients).
   - Device nodes are mapped to GPU indices through NVML's minor numbers, never by assuming
     that C(/dev/nvidiaN) is GPU N.
-  - Names each holder's owner from C(/proc/PID/cgroup) (RV(holders[].owner)): a systemd unit, a
-    docker, podman or containerd container, a Kubernetes pod, an LXC, Proxmox or systemd-nspawn
-    guest, with its readable name where the runtime's CLI is on the host.
+  - Names each holder's owner (RV(holders[].owner)), read from C(/proc/PID/cgroup), as a systemd
+    unit, a docker, podman or containerd container, a Kubernetes pod, or an LXC, Proxmox or
+    systemd-nspawn guest, with its readable name where the runtime's CLI is on the host.
   - Marks processes that must never be signalled (PID 1, kernel threads, every process of a
     Kubernetes pod, the init of a container or guest, this module and the session that runs
     it, GPU and cluster infrastructure such as nvidia-persistenced, nv-hostengine, dcgm-exporter, nv-fabricmanager, Xorg, MPS, slurmstepd, orted, plus

@@ -76,7 +76,7 @@ options:
         holder back and a container's PID 1 holding a GPU is reached. Containers are never
         removed.
       - The owner is read from C(/proc/PID/cgroup); the runtime's CLI must be on the host.
-      - A Kubernetes pod's processes are never signalled and its containers never stopped: the
+      - A Kubernetes pod's processes are never signalled and its containers never stopped; the
         failure names the pod and says to delete or evict it.
       - A container's PID 1 whose runtime is unknown or not on this host stays protected; the
         failure names the container and the lever.
