@@ -189,6 +189,20 @@ def survey_result(survey):
     }
 
 
+# How long the ladder watches for a guest's systemd to restart what it killed from the host:
+# systemd's default RestartSec is 100 ms; the rest covers a slow start of the new process.
+GUEST_RESPAWN_WATCH_S = 5.0
+
+
+def _guest_unit(holder):
+    """(guest cgroup, service inside it) for a holder run by a guest's own systemd service."""
+    owner = holder.get('owner') or {}
+    unit = owner.get('guest_unit')
+    if owner.get('kind') == gpu_owner.GUEST and unit and unit.endswith('.service'):
+        return owner['cgroup'].split('/' + unit)[0], unit
+    return None
+
+
 class Ladder(object):
     """stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset."""
 
@@ -210,6 +224,7 @@ class Ladder(object):
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
         self.stopped_containers = set()   # (runtime, id) already stopped: never twice
+        self.respawning_guest_units = set()   # (guest cgroup, unit) seen restarting what was killed
 
     def _record(self, step, result, **what):
         entry = {'at_s': round(self.clock() - self.started, 3), 'step': step, 'result': result}
@@ -253,6 +268,8 @@ class Ladder(object):
             self._escalate(targets, protected_units)
             current = self.surveyor.survey()
             if current.free:
+                current = self._watch_guest_respawn(targets, current)
+            if current.free:
                 break
         if not current.free:
             current = self._wait_release(current)
@@ -261,12 +278,40 @@ class Ladder(object):
         return current
 
     def _targets(self, survey):
-        """The holders to signal: without the container lever, not those a container's restart
-        policy would only bring back (they are named in the failure instead)."""
+        """The holders to signal: not those a guest's systemd was seen restarting, nor, without
+        the container lever, those a container's restart policy would only bring back (both are
+        named in the failure instead)."""
         targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids)[0]
+        targets = [t for t in targets if _guest_unit(t) not in self.respawning_guest_units]
         if self.stop_containers:
             return targets
         return [t for t in targets if not decide.container_restarts(t)]
+
+    def _watch_guest_respawn(self, signalled, survey):
+        """After killing processes of a guest's service from its host, watch for the guest's own
+        systemd to start them again (this host can neither see nor stop that unit): poll the
+        GPUs for up to GUEST_RESPAWN_WATCH_S and return the survey that shows the comeback, or
+        the free one."""
+        units = set(_guest_unit(t) for t in signalled) - set([None])
+        if not units:
+            return survey
+        seen = {}
+
+        def came_back():
+            seen['survey'] = self.surveyor.survey()
+            return not seen['survey'].free
+
+        back, waited = act.wait_for(came_back, GUEST_RESPAWN_WATCH_S, clock=self.clock)
+        if not back:
+            self._record('watch_respawn', 'nothing came back within %.1f s' % waited,
+                         guest_units=sorted(u[1] for u in units))
+            return seen['survey']
+        again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
+        self.respawning_guest_units |= set(_guest_unit(h) for h in again)
+        self._record('watch_respawn', 'came back after %.1f s: %s' % (waited, ', '.join(
+            'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again) or 'other holders'),
+            guest_units=sorted(u[1] for u in units))
+        return seen['survey']
 
     def _stop_containers(self, survey, protected_ids):
         """Stop the containers owning holders of the selected GPUs; True when any was asked."""

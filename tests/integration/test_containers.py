@@ -8,9 +8,6 @@ each /dev/nvidia* file), so the container's process holds stand-in memory exactl
 process does.
 """
 
-import json
-import shlex
-import uuid
 
 import pytest
 
