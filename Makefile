@@ -72,8 +72,14 @@ build: venv
 	$(VBIN)/ansible-galaxy collection build --force --output-path .build/dist .
 	$(VPY) tests/sanity/check_artifact.py .build/dist/$(COLL_TARBALL)
 
+# The container tests need nodes with podman and a cgroup v2 tree (LAB_CONTAINERS=1): they
+# get a private lab of their own, so the other tests' nodes stay lean.
+CONTAINER_LAB = LAB_CONTAINERS=1 LAB_NODES=1 LAB_STATE=/var/lib/gpuops-lab-containers-test \
+	LAB_RUN=/run/gpuops-lab-containers-test LAB_ADDR_BASE=230
+
 lab-test: venv host-deps fakegpu collection-link
 	$(VPY) -m pytest -q tests/integration
+	$(CONTAINER_LAB) $(VPY) -m pytest -q tests/integration/test_containers.py
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared
 # extensions/molecule/config.yml; the default scenario boots the lab once for all.
