@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Who listens on HOST:PORT? Prints JSON: {"port", "listening", "owners": [{pid, name, unit}]}.
 
 usage: port_owner.py PORT [HOST]
