@@ -74,8 +74,12 @@ build: venv
 
 # The container tests need nodes with podman and a cgroup v2 tree (LAB_CONTAINERS=1): they
 # get a private lab of their own, so the other tests' nodes stay lean.
-CONTAINER_LAB = LAB_CONTAINERS=1 LAB_NODES=1 LAB_STATE=/var/lib/gpuops-lab-containers-test \
-	LAB_RUN=/run/gpuops-lab-containers-test LAB_ADDR_BASE=230
+# Its paths and addresses follow the caller's lab (LAB_STATE, LAB_RUN, LAB_ADDR_BASE), so two
+# people's `make lab-test` never share a node: base + 40 unless LAB_CONTAINERS_ADDR_BASE says.
+# (The two-labs test in test_lab_isolation.py uses base + 20 the same way.)
+CONTAINER_LAB = LAB_CONTAINERS=1 LAB_NODES=1 \
+	LAB_STATE=$${LAB_STATE:-/var/lib/gpuops-lab}-containers LAB_RUN=$${LAB_RUN:-/run/gpuops-lab}-containers \
+	LAB_ADDR_BASE=$${LAB_CONTAINERS_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 40 ))}
 
 lab-test: venv host-deps fakegpu collection-link
 	$(VPY) -m pytest -q tests/integration
