@@ -91,6 +91,7 @@ class Surveyor(object):
         self.proc = proc
         self.backend = backend or observe.backend_name()
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
+        self.owner_details = {}   # (runtime, id) -> what its CLI said, asked once per run
 
     def protected_containers(self):
         """Ids of containers holding this module's ancestors (the caller's own container)."""
@@ -122,7 +123,7 @@ class Surveyor(object):
         units = self._units_of(snapshot)
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
                                                         self.free_threshold_mib)
-        name_owners(holders, self.nvml_timeout)
+        name_owners(holders, self.nvml_timeout, self.owner_details)
         for holder in holders:
             if holder['parent_name'] is None and holder['ppid']:
                 parent = observe.describe_process(holder['ppid'], self.proc)
@@ -159,10 +160,9 @@ class Surveyor(object):
                    for g in gpus if g.index in selected)
 
 
-def name_owners(holders, timeout):
+def name_owners(holders, timeout, asked):
     """Fill in each container's, pod's and guest's readable name, restart policy and pod from
-    its runtime's CLI, asking once per owner."""
-    asked = {}
+    its runtime's CLI, asking once per owner (`asked` keeps the answers between surveys)."""
     for holder in holders:
         owner = holder['owner']
         if owner['kind'] not in ('container', 'pod', 'guest') or not owner['id']:

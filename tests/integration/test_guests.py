@@ -21,6 +21,9 @@ from . import scenarios as sc
 from .conftest import REPO, VENV_BIN, ansible_env
 
 FAST = {"term_timeout": 1.5, "release_timeout": 3, "nvml_timeout": 5}
+# Services of the node's own systemd; named so that scenarios.cleanup() ends them.
+NAMED_UNIT = sc.SCOPE_PREFIX + "guest-named"
+RESPAWN_UNIT = sc.SCOPE_PREFIX + "guest-respawn"
 
 
 def record_of(node):
@@ -83,7 +86,7 @@ def guest(lab, node):
 
 
 def test_guest_processes_are_named_with_their_guest_and_its_init_protected(lab, guest):
-    rec = sc.start_unit(lab, guest, "--gpu", "6:700", restart="always")
+    rec = sc.start_unit(lab, guest, "--gpu", "6:700", restart="always", unit=NAMED_UNIT)
     outer = host_pid(guest, rec["pid"])
 
     result = on_the_host(guest, "gpuops.reclaim.gpu_holders", {"gpus": ["6"], "nvml_timeout": 5})
@@ -92,11 +95,11 @@ def test_guest_processes_are_named_with_their_guest_and_its_init_protected(lab, 
     holder = [h for h in result["holders"] if h["pid"] == outer][0]
     owner = holder["owner"]
     assert (owner["kind"], owner["runtime"]) == ("guest", "systemd-nspawn")
-    assert owner["guest_unit"] == "%s.service" % sc.UNIT
+    assert owner["guest_unit"] == "%s.service" % NAMED_UNIT
     assert holder["unit"] is None, "a guest's unit is never this host's unit"
     assert holder["other_pid_namespace"] is True and not holder["protected"]
     said = [d for d in result["diagnosis"] if "PID %d" % outer in d]
-    assert said and "systemd-nspawn guest" in said[0] and "%s.service inside it" % sc.UNIT in said[0]
+    assert said and "systemd-nspawn guest" in said[0] and "%s.service inside it" % NAMED_UNIT in said[0]
     # The node's own init, seen from the host: PID 1 of its namespace, protected.
     leader = record_of(guest)["leader_pid"]
     init = on_the_host(guest, "gpuops.reclaim.gpu_holders", {"nvml_timeout": 5})
@@ -104,7 +107,7 @@ def test_guest_processes_are_named_with_their_guest_and_its_init_protected(lab, 
 
 
 def test_a_guests_systemd_restarting_what_the_host_killed_is_detected_and_explained(lab, guest):
-    rec = sc.start_unit(lab, guest, "--gpu", "6:700", restart="always")
+    rec = sc.start_unit(lab, guest, "--gpu", "6:700", restart="always", unit=RESPAWN_UNIT)
     outer = host_pid(guest, rec["pid"])
 
     result = on_the_host(guest, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["6"]))
@@ -116,11 +119,11 @@ def test_a_guests_systemd_restarting_what_the_host_killed_is_detected_and_explai
     assert killed, result["actions"]
     watch = [a for a in result["actions"] if a["step"] == "watch_respawn"]
     assert watch and watch[0]["result"].startswith("came back"), result["actions"]
-    assert "%s.service inside it" % sc.UNIT in result["msg"]
-    assert "systemctl" in result["msg"] and "stop %s.service" % sc.UNIT in result["msg"], result["msg"]
+    assert "%s.service inside it" % RESPAWN_UNIT in result["msg"]
+    assert "systemctl" in result["msg"] and "stop %s.service" % RESPAWN_UNIT in result["msg"], result["msg"]
     assert not stopped_on_the_host(result), "the host never stops a guest's unit"
     # The unit in the guest restarted it: a new holder, alive.
-    assert sc.unit_state(lab, guest) == "active"
+    assert sc.unit_state(lab, guest, unit=RESPAWN_UNIT) == "active"
 
 
 def stopped_on_the_host(result):
