@@ -71,7 +71,7 @@ def tool_survey(flow, dev_dir, deep=False):
 
 
 def tool_scan(observe, dev_dir):
-    procs, _unused = observe.scan_processes(dev_dir=dev_dir)
+    procs, _unused = observe.scan_processes((dev_dir + "/nvidia",))
     return set(procs)
 
 
@@ -149,7 +149,7 @@ def start_holders(root, reaper):
 def profile_scan(observe, dev_dir, out):
     prof = cProfile.Profile()
     prof.enable()
-    observe.scan_processes(dev_dir=dev_dir)
+    observe.scan_processes((dev_dir + "/nvidia",))
     prof.disable()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(12)

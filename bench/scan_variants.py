@@ -23,6 +23,13 @@ import scan_bench as sb  # noqa: E402
 PREFIX = "/dev/nvidia"
 
 
+def _fds_or_none(observe, pid):
+    try:
+        return observe._device_fds("/proc/%d" % pid, pid, (PREFIX,))
+    except observe.ProcError:
+        return None
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=7)
@@ -34,7 +41,7 @@ def main():
     sb.start_load(root, reaper, 3000, 130000)
 
     def current():
-        return observe.scan_processes()
+        return observe.scan_processes((PREFIX,))
 
     def list_only():
         for pid in observe._pids("/proc"):
@@ -70,8 +77,7 @@ def main():
         def scan():
             pids = observe._pids("/proc")
             with ThreadPoolExecutor(n) as ex:
-                return list(ex.map(lambda p: observe._device_fds(p, PREFIX, "/proc"), pids,
-                                   chunksize=64))
+                return list(ex.map(lambda p: _fds_or_none(observe, p), pids, chunksize=64))
         return scan
 
     variants = {"scan_processes (as is)": current, "listdir only (floor)": list_only,

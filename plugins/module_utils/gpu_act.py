@@ -3,6 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Act: the only code that changes the host: signals, unit stops, GPU resets.
 
+The ladder (gpu_flow) says what to do through an actor: HostActor does it, RecordingActor
+(check mode) only records what it would do; both answer with the same Action objects, so
+check mode runs the very sequence a real run does.
+
 Every signal goes to a process re-identified by (PID, start time) at the moment of sending,
 through a pidfd where the kernel offers one, so a PID reused since detection is never hit.
 """
@@ -17,9 +21,57 @@ import subprocess
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
+    ProcessGone, read_identity)
 
 SENT, GONE, REUSED, REFUSED = 'sent', 'gone', 'reused', 'refused'
+SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT'}
+# Every command this module runs is bounded; systemctl answers in milliseconds when healthy.
+SYSTEMCTL_TIMEOUT_S = 30
+
+
+class Action(object):
+    """One step of the ladder: what, on which target, what happened, whether it changed the
+    host (in check mode: whether it would), when (seconds since the ladder started) and how
+    long it took."""
+
+    __slots__ = ('what', 'target', 'result', 'changed', 'at_s', 'took_s', 'details')
+
+    def __init__(self, what, target, result, changed, at_s=None, took_s=None, **details):
+        self.what = what
+        self.target = target
+        self.result = result
+        self.changed = changed
+        self.at_s = at_s
+        self.took_s = took_s
+        self.details = details
+
+    def as_result(self):
+        entry = {'step': self.what, 'target': self.target, 'result': self.result,
+                 'changed': self.changed, 'at_s': self.at_s}
+        if self.took_s is not None:
+            entry['took_s'] = self.took_s
+        entry.update(self.details)
+        return entry
+
+
+def signal_refusal(pid, start_time, never=frozenset()):
+    """Why PID must not be signalled now ('gone', 'reused', 'refused: ...'), or None."""
+    if not isinstance(pid, int) or pid <= 1:
+        return '%s: PID %r is never signalled' % (REFUSED, pid)
+    if pid == os.getpid() or pid in never:
+        return '%s: PID %d is protected' % (REFUSED, pid)
+    if start_time is None:
+        return '%s: PID %d has no recorded start time' % (REFUSED, pid)
+    try:
+        identity = read_identity(pid)
+    except ProcessGone:
+        return GONE
+    if identity.start_time != start_time:
+        return REUSED
+    if identity.state == 'zombie':
+        return GONE
+    return None
 
 
 def send_signal(pid, start_time, signum, never=frozenset()):
@@ -28,14 +80,8 @@ def send_signal(pid, start_time, signum, never=frozenset()):
     Returns 'sent', 'gone' (exited), 'reused' (another process has the PID now) or
     'refused: <why>' (a PID this module must never signal).
     """
-    if not isinstance(pid, int) or pid <= 1:
-        return '%s: PID %r is never signalled' % (REFUSED, pid)
-    if pid == os.getpid() or pid in never:
-        return '%s: PID %d is protected' % (REFUSED, pid)
-    if start_time is None:
-        return '%s: PID %d has no recorded start time' % (REFUSED, pid)
     pidfd = None
-    if hasattr(os, 'pidfd_open'):
+    if hasattr(os, 'pidfd_open') and isinstance(pid, int) and pid > 1:
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -45,13 +91,9 @@ def send_signal(pid, start_time, signum, never=frozenset()):
     try:
         # With a pidfd open, this check is race-free: the fd pins the process it was opened on,
         # so if /proc shows the recorded start time now, the fd refers to that same process.
-        identity = read_identity(pid)
-        if identity is None:
-            return GONE
-        if identity[0] != start_time:
-            return REUSED
-        if identity[1] == 'zombie':
-            return GONE
+        refusal = signal_refusal(pid, start_time, never)
+        if refusal:
+            return refusal
         try:
             if pidfd is not None:
                 signal.pidfd_send_signal(pidfd, signum)
@@ -67,8 +109,11 @@ def send_signal(pid, start_time, signum, never=frozenset()):
 
 def is_alive(pid, start_time):
     """True while the process first seen with `start_time` exists and is not a zombie."""
-    identity = read_identity(pid)
-    return identity is not None and identity[0] == start_time and identity[1] != 'zombie'
+    try:
+        identity = read_identity(pid)
+    except ProcessGone:
+        return False
+    return identity.start_time == start_time and identity.state != 'zombie'
 
 
 def wait_for(predicate, timeout, clock=time.monotonic, first_interval=0.02, max_interval=0.25):
@@ -88,7 +133,8 @@ def wait_for(predicate, timeout, clock=time.monotonic, first_interval=0.02, max_
         interval = min(interval * 2, max_interval)
 
 
-def _run(argv, timeout):
+def run_command(argv, timeout):
+    """(rc, output) of a bounded command; 124 when it timed out, 127 when it could not start."""
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                              check=False, universal_newlines=True)
@@ -99,51 +145,150 @@ def _run(argv, timeout):
     return out.returncode, out.stdout.strip()
 
 
-def stop_unit(unit, timeout, clock=time.monotonic):
-    """Stop a systemd unit so that Restart= cannot bring its processes back.
+def _unit_inactive(unit):
+    code, state = run_command(['systemctl', 'is-active', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S)
+    return state in ('inactive', 'failed', 'unknown') or (code != 0 and state not in ('deactivating', 'active'))
 
-    `--no-block` queues the stop; we then poll its state ourselves, bounded by `timeout`,
-    instead of blocking for the unit's own TimeoutStopSec (90 s by default).
+
+def _seconds(value):
+    return '%.2f s' % value
+
+
+class HostActor(object):
+    """Acts on the host and says what happened."""
+
+    recording = False
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+
+    def stop_unit(self, unit, timeout):
+        """Stop a systemd unit so that Restart= cannot bring its processes back.
+
+        `--no-block` queues the stop; the state is then polled, bounded by `timeout`, instead
+        of blocking for the unit's own TimeoutStopSec (90 s by default).
+        """
+        rc, out = run_command(['systemctl', 'stop', '--no-block', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S)
+        if rc != 0:
+            return 'failed: %s' % out, False
+        done, waited = wait_for(lambda: _unit_inactive(unit), timeout, clock=self.clock)
+        if done:
+            return 'stopped in %s' % _seconds(waited), True
+        return 'stopping (still deactivating after %ss)' % timeout, True
+
+    @staticmethod
+    def stop_container(owner, grace):
+        """Stop a container through its runtime (`podman stop -t GRACE ID`, never a removal), so
+        that its restart policy cannot bring its processes back and its init is reached.
+
+        The runtime sends the container's stop signal, waits up to `grace` seconds, then SIGKILLs;
+        the command returns once the container has exited.
+        """
+        argv = gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
+        if not argv:
+            return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
+        rc, out = run_command(argv, timeout=grace + 30)
+        return ('stopped', True) if rc == 0 else ('failed (rc=%d): %s' % (rc, out), False)
+
+    @staticmethod
+    def signal(holder, signum, never):
+        """(result, changed) of sending `signum` to the holder, re-identified first."""
+        result = send_signal(holder['pid'], holder['start_time'], signum, never)
+        return result, result == SENT
+
+    @staticmethod
+    def alive(holders):
+        return [h for h in holders if is_alive(h['pid'], h['start_time'])]
+
+    def wait_gone(self, holders, timeout):
+        """Poll until every holder is gone or `timeout` passes; returns {pid: clock time it was
+        first seen gone} for those that went."""
+        gone_at = {}
+
+        def all_gone():
+            for holder in holders:
+                if holder['pid'] not in gone_at and not is_alive(holder['pid'], holder['start_time']):
+                    gone_at[holder['pid']] = self.clock()
+            return len(gone_at) == len(holders)
+
+        if holders:
+            wait_for(all_gone, timeout, clock=self.clock)
+        return gone_at
+
+    def wait_until(self, predicate, timeout):
+        return wait_for(predicate, timeout, clock=self.clock)
+
+    @staticmethod
+    def run(argv, timeout):
+        """(result, changed) of one command that changes the host (a reset step)."""
+        rc, out = run_command(argv, timeout)
+        return ('ok' if rc == 0 else 'failed (rc=%d): %s' % (rc, out)), rc == 0
+
+    @staticmethod
+    def state_of(holder):
+        try:
+            return read_identity(holder['pid']).state
+        except ProcessGone:
+            return 'gone'
+
+
+class RecordingActor(object):
+    """Check mode: answers like HostActor, records what it would do, changes nothing.
+
+    What it would end counts as ended from then on (a SIGKILL ends any process not stuck in
+    the kernel), so the ladder walks on to the next step as a real run would; waits return at
+    once, since nothing they could wait for happens.
     """
-    rc, out = _run(['systemctl', 'stop', '--no-block', '--', unit], timeout=30)
-    if rc != 0:
-        return 'failed: %s' % out
 
-    def inactive():
-        code, state = _run(['systemctl', 'is-active', '--', unit], timeout=10)
-        return state in ('inactive', 'failed', 'unknown') or (code != 0 and state != 'deactivating'
-                                                              and state != 'active')
-    done = wait_for(inactive, timeout, clock=clock)[0]
-    return 'stopped' if done else 'stopping (still deactivating after %ss)' % timeout
+    recording = True
 
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.ended = set()        # (pid, start_time) a real run would have ended
+        self.termed = set()
 
-def stop_container(owner, grace):
-    """Stop a container through its runtime (`podman stop -t GRACE ID`, never a removal), so
-    that its restart policy cannot bring its processes back and its init is reached.
+    @staticmethod
+    def stop_unit(unit, timeout):
+        return 'would stop it (waiting up to %ss)' % timeout, True
 
-    The runtime sends the container's stop signal, waits up to `grace` seconds, then SIGKILLs;
-    the command returns once the container has exited.
-    """
-    argv = gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
-    if not argv:
-        return 'refused: %s containers are never stopped by this module' % owner['runtime']
-    rc, out = _run(argv, timeout=grace + 30)
-    return 'stopped' if rc == 0 else 'failed (rc=%d): %s' % (rc, out)
+    @staticmethod
+    def stop_container(owner, grace):
+        if not gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
+            return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
+        return 'would stop it (grace %ss)' % grace, True
 
+    def signal(self, holder, signum, never):
+        key = (holder['pid'], holder['start_time'])
+        refusal = signal_refusal(holder['pid'], holder['start_time'], never)
+        if refusal:
+            return refusal, False
+        if key in self.ended:
+            return GONE, False
+        name = SIGNAL_NAMES.get(signum, str(signum))
+        if signum == signal.SIGKILL:
+            self.ended.add(key)
+            if key in self.termed:
+                return 'would send %s if it outlives SIGTERM' % name, True
+        if signum == signal.SIGTERM:
+            self.termed.add(key)
+        return 'would send %s' % name, True
 
-def reset_gpu(index, persistence_mode, timeout):
-    """nvidia-smi --gpu-reset on one GPU, with persistence mode off for the reset and restored.
+    def alive(self, holders):
+        return [h for h in holders if (h['pid'], h['start_time']) not in self.ended
+                and is_alive(h['pid'], h['start_time'])]
 
-    Returns (ok, steps) where steps is a list of (what, rc, output).
-    """
-    steps = []
-    if persistence_mode:
-        rc, out = _run(['nvidia-smi', '-pm', '0', '-i', str(index)], timeout)
-        steps.append(('persistence_off', rc, out))
-    rc, out = _run(['nvidia-smi', '--gpu-reset', '-i', str(index)], timeout)
-    steps.append(('reset', rc, out))
-    ok = rc == 0
-    if persistence_mode:
-        prc, pout = _run(['nvidia-smi', '-pm', '1', '-i', str(index)], timeout)
-        steps.append(('persistence_on', prc, pout))
-    return ok, steps
+    def wait_gone(self, holders, timeout):
+        now = self.clock()
+        return dict((h['pid'], now) for h in holders if (h['pid'], h['start_time']) in self.ended)
+
+    @staticmethod
+    def wait_until(predicate, timeout):
+        return False, 0.0
+
+    @staticmethod
+    def run(argv, timeout):
+        return 'would run %s' % ' '.join(argv), True
+
+    @staticmethod
+    def state_of(holder):
+        return 'gone'

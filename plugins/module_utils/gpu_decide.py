@@ -10,54 +10,47 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import os
 import re
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 
-# Processes whose death hurts the host more than a held GPU (FIELD_NOTES, failure mode 8/9).
+# Processes whose death hurts the host more than a held GPU (display servers, schedulers, MPI),
+# whatever the GPU vendor; the vendor's own daemons come from its backend (snapshot.infrastructure).
 # Matched against the process name and the base name of argv[0]; comm is cut at 15 chars.
 INFRASTRUCTURE = (
-    'nvidia-persistenced', 'nv-hostengine', 'dcgm-exporter', 'dcgmi', 'nv-fabricmanager',
-    'nvidia-fabricmanager', 'Xorg', 'X', 'Xwayland', 'gdm-x-session', 'nvidia-cuda-mps-control',
-    'nvidia-cuda-mps-server', 'slurmstepd', 'slurmd', 'orted', 'prted', 'systemd', 'init',
-    'sshd', 'containerd-shim', 'containerd-shim-runc-v2', 'kubelet', 'nvidia-device-plugin',
+    'Xorg', 'X', 'Xwayland', 'gdm-x-session', 'slurmstepd', 'slurmd', 'orted', 'prted', 'systemd',
+    'init', 'sshd', 'containerd-shim', 'containerd-shim-runc-v2', 'kubelet',
 )
 _COMM_LEN = 15
-# Units whose stop would cut the operator off or hurt the host, whatever runs inside them.
+# Units whose stop would cut the operator off or hurt the host, whatever runs inside them
+# (the vendor's units come from its backend).
 PROTECTED_UNIT_PATTERN = re.compile(
-    r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|nvidia-persistenced|'
-    r'nvidia-fabricmanager|dcgm.*|nvidia-dcgm.*|slurmd|slurmstepd|kubelet|containerd|docker)\.service$')
+    r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|slurmd|slurmstepd|kubelet|'
+    r'containerd|docker)\.service$')
 CONTAINER_INIT = "init of a container's PID namespace"
 POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
-# A PID above the kernel's hard limit (4194304) or 0 comes from mismatched NVML bindings.
+# A PID above the kernel's hard limit (4194304) or 0 comes from mismatched driver bindings.
 PID_MAX_LIMIT = 4194304
-# Per-GPU device nodes are /dev/nvidia<minor>; nvidiactl, nvidia-uvm, nvidia-caps/* and
-# nvidia-modeset are shared and pin no particular GPU.
-_PER_GPU_NODE = re.compile(r'/nvidia(\d+)$')
 
 
-def per_gpu_minor(path):
-    """The minor number of a per-GPU device node path, or None for shared nodes."""
-    found = _PER_GPU_NODE.search(path)
-    return int(found.group(1)) if found else None
-
-
-def infrastructure_name(name, cmdline):
+def infrastructure_name(name, cmdline, names=INFRASTRUCTURE):
     argv0 = os.path.basename(cmdline.split(' ', 1)[0]) if cmdline else ''
-    for infra in INFRASTRUCTURE:
+    for infra in names:
         if name == infra or argv0 == infra:
             return infra
     if len(name) == _COMM_LEN:  # the kernel cut the name: compare prefixes
-        for infra in INFRASTRUCTURE:
+        for infra in names:
             if infra.startswith(name):
                 return infra
     return None
 
 
-def protection_reason(proc, own_tree, patterns, owner=None):
+def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=()):
     """Why a process must never be signalled, or None. `proc` is a gpu_observe.ProcState,
-    `owner` its gpu_owner record (read from its cgroup when not given)."""
+    `owner` its gpu_owner record (read from its cgroup when not given), `vendor_infrastructure`
+    the GPU backend's daemon names."""
     if proc.pid <= 1:
         return 'PID %d is the init process' % proc.pid
     if proc.kthread:
@@ -71,7 +64,7 @@ def protection_reason(proc, own_tree, patterns, owner=None):
         return POD_PROTECTED
     if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1:
         return CONTAINER_INIT
-    infra = infrastructure_name(proc.name, proc.cmdline)
+    infra = infrastructure_name(proc.name, proc.cmdline, INFRASTRUCTURE + tuple(vendor_infrastructure))
     if infra:
         return 'GPU or cluster infrastructure (%s)' % infra
     for pattern in patterns:
@@ -119,16 +112,15 @@ def resolve_gpus(requested, gpus, exclude=()):
     return sorted(chosen - lookup(exclude, 'exclude'))
 
 
-def _holdings(proc, minor_to_index, nvml_gpus):
+def _holdings(proc, node_to_index, nvml_gpus):
     """Per GPU index, which evidence shows this process holding it."""
     evidence = {}
     for index in nvml_gpus:
         evidence.setdefault(index, set()).add('nvml')
     for kind, paths in (('fd', proc.dev_fds), ('mmap', proc.dev_maps)):
         for path in paths:
-            minor = per_gpu_minor(path)
-            if minor is not None and minor in minor_to_index:
-                evidence.setdefault(minor_to_index[minor], set()).add(kind)
+            if path in node_to_index:
+                evidence.setdefault(node_to_index[path], set()).add(kind)
     return evidence
 
 
@@ -175,7 +167,9 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
     a PID from another namespace or a reused one. They are never acted on.
     """
     units = units or {}
-    minor_to_index = dict((gpu.minor, gpu.index) for gpu in snapshot.gpus)
+    # Device nodes are mapped to GPUs through what the backend says each GPU's nodes are
+    # (NVIDIA: /dev/nvidia<minor> with the driver's minor), never by the number in the name.
+    node_to_index = dict((node, gpu.index) for gpu in snapshot.gpus for node in gpu.nodes)
     orphaned = orphaned_gpus(snapshot, free_threshold_mib)
     nvml_mem = {}
     for gpu in snapshot.gpus:
@@ -191,7 +185,7 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         if listed and not touches_device and proc.state != 'zombie':
             unconfirmed.append({'pid': pid, 'name': proc.name, 'gpus': sorted(listed)})
             continue
-        evidence = _holdings(proc, minor_to_index, listed)
+        evidence = _holdings(proc, node_to_index, listed)
         if not evidence:
             if touches_device:
                 clients.append(_describe(proc, snapshot, [], {}, set(), 'client', protect_patterns,
@@ -209,11 +203,12 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
 
 def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus):
     owner = gpu_owner.owner_from_cgroup(proc.cgroup)
-    reason = protection_reason(proc, own_tree, patterns, owner)
+    reason = protection_reason(proc, own_tree, patterns, owner, snapshot.infrastructure)
     unit = owner['unit']
     restart, active = units.get(unit, (None, None)) if unit else (None, None)
     other_ns = bool(snapshot.own_pidns and proc.pidns and proc.pidns != snapshot.own_pidns)
     parent = snapshot.procs.get(proc.ppid)
+    parent_name = parent.name if parent else snapshot.parent_names.get(proc.ppid)
     return {
         'pid': proc.pid,
         'start_time': proc.start_time,
@@ -223,7 +218,7 @@ def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, 
         'state': proc.state,
         'wchan': proc.wchan,
         'ppid': proc.ppid,
-        'parent_name': parent.name if parent else None,
+        'parent_name': parent_name,
         'unit': unit,
         'unit_restart': restart,
         'unit_active': active,
@@ -262,6 +257,34 @@ def unit_names(values, option):
         if name not in names:
             names.append(name)
     return names
+
+
+def snapshot_without(snapshot, holders, ended_pids):
+    """A copy of `snapshot` as it would read with the processes `ended_pids` gone: their
+    processes dropped and the memory the driver charges to them returned; memory charged to an
+    exited PID is returned too on a GPU where every process that inherited it is gone.
+    (Check mode walks on with it after a step it only recorded.)"""
+    inheritors = {}
+    for holder in holders:
+        if 'nvml' not in holder['evidence']:
+            for index in holder['context_gpus']:
+                inheritors.setdefault(index, []).append(holder['pid'])
+    dead = set(snapshot.nvml_missing_pids) | set(
+        pid for pid, proc in snapshot.procs.items() if proc.state == 'zombie')
+    gpus = []
+    for gpu in snapshot.gpus:
+        heirs = inheritors.get(gpu.index, [])
+        orphan_freed = bool(heirs) and all(pid in ended_pids for pid in heirs)
+        gone = set(pid for pid, _mib in gpu.processes
+                   if pid in ended_pids or (orphan_freed and pid in dead))
+        copied = copy.copy(gpu)
+        copied.processes = [(pid, mib) for pid, mib in gpu.processes if pid not in gone]
+        copied.used_mib = max(0, gpu.used_mib - sum(mib or 0 for pid, mib in gpu.processes if pid in gone))
+        gpus.append(copied)
+    projected = copy.copy(snapshot)
+    projected.gpus = gpus
+    projected.procs = dict((pid, proc) for pid, proc in snapshot.procs.items() if pid not in ended_pids)
+    return projected
 
 
 def unit_from_cgroup(text):
@@ -452,14 +475,16 @@ def containers_to_stop(holders, selected, match_patterns, protected_ids=frozense
     return found
 
 
-def units_to_stop(targets, protected_units):
-    """Service units that own targets and may be stopped, in first-seen order."""
+def units_to_stop(targets, protected_units, vendor_units=None):
+    """Service units that own targets and may be stopped, in first-seen order; never one of
+    `protected_units`, PROTECTED_UNIT_PATTERN or `vendor_units` (the backend's pattern)."""
     units = []
     for holder in targets:
         unit = holder['unit']
         if not unit or not unit.endswith('.service') or unit in units:
             continue
-        if unit in protected_units or PROTECTED_UNIT_PATTERN.match(unit):
+        if unit in protected_units or PROTECTED_UNIT_PATTERN.match(unit) or (
+                vendor_units is not None and vendor_units.match(unit)):
             continue
         units.append(unit)
     return units

@@ -3,8 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The two flows the modules run: survey (observe + decide) and reclaim (the escalation ladder).
 
-observe -> decide -> act -> verify -> report, one way. The ladder never sleeps a guessed time:
-each wait polls the kernel or the driver and ends as soon as the answer is known.
+observe -> decide -> act -> verify -> report, one way. The ladder has one path: each step
+goes through an actor (gpu_act.HostActor acts, gpu_act.RecordingActor only records, for check
+mode) and comes back as a gpu_act.Action. It never sleeps a guessed time: each wait polls the
+kernel or the driver and ends as soon as the answer is known.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,6 +21,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
 
 
 # The options every surveying module takes; their documentation is the gpu_survey doc fragment.
@@ -30,6 +33,24 @@ SURVEY_ARGUMENT_SPEC = dict(
     free_threshold_mib=dict(type='int', default=128),
 )
 
+# gpu_reclaim's own options; documented in its DOCUMENTATION.
+RECLAIM_ARGUMENT_SPEC = dict(
+    term_timeout=dict(type='float', default=30.0),
+    release_timeout=dict(type='float', default=60.0),
+    passes=dict(type='int', default=3, no_log=False),
+    stop_units=dict(type='bool', default=True),
+    stop_containers=dict(type='bool', default=True),
+    match=dict(type='list', elements='str', default=[]),
+    force=dict(type='bool', default=False),
+    allow_reset=dict(type='bool', default=False),
+    spare_units=dict(type='list', elements='str', default=[]),
+)
+
+
+def _default(name):
+    spec = SURVEY_ARGUMENT_SPEC.get(name) or RECLAIM_ARGUMENT_SPEC[name]
+    return spec['default']
+
 
 def survey_param_error(params):
     """What is wrong with the survey options (ranges argument_spec cannot express), or None."""
@@ -37,16 +58,31 @@ def survey_param_error(params):
         return 'nvml_timeout must be greater than 0, got %s' % params['nvml_timeout']
     if params['free_threshold_mib'] < 0:
         return 'free_threshold_mib must be 0 or more, got %s' % params['free_threshold_mib']
-    if observe.backend_name() is None:
-        return ('neither nvidia-ml-py (python module pynvml) nor nvidia-smi is available on this '
-                'host: install nvidia-ml-py for the Python that runs Ansible modules')
+    if vendor.available_backend() is None:
+        return vendor.NO_BACKEND
     return None
+
+
+def reclaim_param_error(params):
+    """What is wrong with gpu_reclaim's own options, or None."""
+    for name in ('term_timeout', 'release_timeout', 'passes'):
+        if params[name] < 0:
+            return '%s must be 0 or more, got %s' % (name, params[name])
+    return survey_param_error(params)
 
 
 def surveyor_from_params(params, spare_units=None):
     return Surveyor(gpus=params['gpus'], exclude=params['exclude'], nvml_timeout=params['nvml_timeout'],
                     protect=params['protect'], free_threshold_mib=params['free_threshold_mib'],
                     spare_units=spare_units)
+
+
+def ladder_from_params(params, check_mode):
+    return Ladder(surveyor_from_params(params, spare_units=params['spare_units']),
+                  term_timeout=params['term_timeout'], release_timeout=params['release_timeout'],
+                  passes=params['passes'], stop_units=params['stop_units'], match=params['match'],
+                  force=params['force'], allow_reset=params['allow_reset'], check_mode=check_mode,
+                  stop_containers=params['stop_containers'])
 
 
 class Survey(object):
@@ -57,11 +93,11 @@ class Survey(object):
         self.snapshot = snapshot
         self.selected = selected
         self.holders = holders
-        self.spared = list(spared)    # holders owned by a spared unit: never targets
         self.clients = clients
         self.unconfirmed = unconfirmed
         self.rows = rows
         self.diagnosis = diagnosis
+        self.spared = list(spared)    # holders owned by a spared unit: never targets
 
     @property
     def free(self):
@@ -79,17 +115,19 @@ class Survey(object):
 class Surveyor(object):
     """Takes surveys with fixed options; remembers what stays the same between them."""
 
-    def __init__(self, gpus=None, nvml_timeout=10.0, protect=None, free_threshold_mib=128,
-                 dev_dir='/dev', proc='/proc', backend=None, exclude=None, spare_units=None):
+    def __init__(self, gpus=None, nvml_timeout=_default('nvml_timeout'), protect=None,
+                 free_threshold_mib=_default('free_threshold_mib'), dev_dir='/dev', proc='/proc',
+                 backend=None, exclude=None, spare_units=None):
         self.requested = gpus or []
         self.exclude = exclude or []
         self.spare_units = frozenset(decide.unit_names(spare_units, 'spare_units'))
         self.nvml_timeout = nvml_timeout
         self.protect = decide.compile_patterns(protect, 'protect')
         self.free_threshold_mib = free_threshold_mib
-        self.dev_dir = dev_dir
         self.proc = proc
-        self.backend = backend or observe.backend_name()
+        self.backend = backend or vendor.available_backend(dev_dir)
+        if self.backend is None:
+            raise observe.ObserveError(vendor.NO_BACKEND)
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
         self.owner_details = {}   # (runtime, id) -> what its CLI said, asked once per run
 
@@ -97,9 +135,11 @@ class Surveyor(object):
         """Ids of containers holding this module's ancestors (the caller's own container)."""
         ids = set()
         for pid in self.own_ancestors:
-            info = observe.describe_process(pid, self.proc)
-            owner = gpu_owner.owner_from_cgroup(info.cgroup) if info else None
-            if owner and owner['kind'] == gpu_owner.CONTAINER and owner['id']:
+            try:
+                owner = gpu_owner.owner_from_cgroup(observe.describe_process(pid, self.proc).cgroup)
+            except observe.ProcessGone:
+                continue
+            if owner['kind'] == gpu_owner.CONTAINER and owner['id']:
                 ids.add(owner['id'])
         return ids
 
@@ -108,15 +148,16 @@ class Surveyor(object):
         (stopping them would cut the caller off)."""
         units = set(self.spare_units)
         for pid in self.own_ancestors:
-            info = observe.describe_process(pid, self.proc)
-            unit = decide.unit_from_cgroup(info.cgroup) if info else None
+            try:
+                unit = decide.unit_from_cgroup(observe.describe_process(pid, self.proc).cgroup)
+            except observe.ProcessGone:
+                continue
             if unit:
                 units.add(unit)
         return units
 
     def survey(self, deep=False):
-        snapshot = observe.take_snapshot(self.nvml_timeout, dev_dir=self.dev_dir, proc=self.proc,
-                                         deep=deep, backend=self.backend)
+        snapshot = observe.take_snapshot(self.backend, self.nvml_timeout, proc=self.proc, deep=deep)
         selected = decide.resolve_gpus(self.requested, snapshot.gpus, self.exclude)
         own_tree = self.own_ancestors | set(
             pid for pid, p in snapshot.procs.items() if p.ppid == snapshot.own_pid)
@@ -124,21 +165,32 @@ class Surveyor(object):
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
                                                         self.free_threshold_mib)
         name_owners(holders, self.nvml_timeout, self.owner_details)
-        for holder in holders:
-            if holder['parent_name'] is None and holder['ppid']:
-                parent = observe.describe_process(holder['ppid'], self.proc)
-                holder['parent_name'] = parent.name if parent else None
         spared = [h for h in holders if h['unit'] in self.spare_units and set(h['gpus']) & set(selected)]
-        spared_pids = frozenset(h['pid'] for h in spared)
-        rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
-        held = set(row['index'] for row in rows if not row['free'])
+        survey = self._survey(snapshot, selected, holders, clients, unconfirmed, spared)
+        held = set(row['index'] for row in survey.rows if not row['free'])
         explained = set(index for holder in holders for index in holder['context_gpus'])
         if not deep and held - explained:
             # Memory is held and no context explains it: a process may have closed its fds
             # but kept its mappings. Read every process's maps before calling it invisible.
             return self.survey(deep=True)
+        return survey
+
+    def _survey(self, snapshot, selected, holders, clients, unconfirmed, spared):
+        spared_pids = frozenset(h['pid'] for h in spared)
+        rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
         diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows, spared_pids)
         return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis, spared)
+
+    def without(self, survey, ended):
+        """The survey as it would read with the processes in `ended` ((pid, start_time) pairs)
+        gone: what check mode walks on after a step it only recorded."""
+        if not ended:
+            return survey
+        ended_pids = set(h['pid'] for h in survey.holders if (h['pid'], h['start_time']) in ended)
+        snapshot = decide.snapshot_without(survey.snapshot, survey.holders, ended_pids)
+        keep = [h for h in survey.holders if h['pid'] not in ended_pids]
+        return self._survey(snapshot, survey.selected, keep, survey.clients, survey.unconfirmed,
+                            [h for h in survey.spared if h['pid'] not in ended_pids])
 
     @staticmethod
     def _units_of(snapshot):
@@ -154,8 +206,8 @@ class Surveyor(object):
         return units
 
     def memory_back(self, selected, spared_pids=frozenset()):
-        """Cheap check used while waiting: NVML memory only, no /proc scan."""
-        gpus = observe.read_gpus(self.nvml_timeout, backend=self.backend)
+        """Cheap check used while waiting: the driver's memory only, no /proc scan."""
+        gpus = self.backend.read_gpus(self.nvml_timeout)
         return all(g.used_mib - decide.spared_mib(g, spared_pids) <= self.free_threshold_mib
                    for g in gpus if g.index in selected)
 
@@ -189,6 +241,10 @@ def survey_result(survey):
     }
 
 
+def _seconds(value):
+    return '%.2f s' % value
+
+
 # How long the ladder watches for a guest's systemd to restart what it killed from the host:
 # systemd's default RestartSec is 100 ms; the rest covers a slow start of the new process.
 GUEST_RESPAWN_WATCH_S = 5.0
@@ -204,11 +260,17 @@ def _guest_unit(holder):
 
 
 class Ladder(object):
-    """stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset."""
+    """stop container -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
 
-    def __init__(self, surveyor, term_timeout=30.0, release_timeout=60.0, passes=3, stop_units=True,
-                 match=None, force=False, allow_reset=False, check_mode=False,
-                 clock=time.monotonic, stop_containers=True):
+    One path for real runs and check mode: the actor decides whether a step acts or is only
+    recorded; every step is a gpu_act.Action in self.actions.
+    """
+
+    def __init__(self, surveyor, term_timeout=_default('term_timeout'),
+                 release_timeout=_default('release_timeout'), passes=_default('passes'),
+                 stop_units=_default('stop_units'), match=None, force=_default('force'),
+                 allow_reset=_default('allow_reset'), check_mode=False, clock=time.monotonic,
+                 actor=None, stop_containers=_default('stop_containers')):
         self.surveyor = surveyor
         self.term_timeout = term_timeout
         self.release_timeout = release_timeout
@@ -218,19 +280,27 @@ class Ladder(object):
         self.match = decide.compile_patterns(match, 'match')
         self.force = force
         self.allow_reset = allow_reset
-        self.check_mode = check_mode
         self.clock = clock
+        if actor is None:
+            actor = act.RecordingActor(clock) if check_mode else act.HostActor(clock)
+        self.actor = actor
         self.started = None
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
         self.stopped_containers = set()   # (runtime, id) already stopped: never twice
         self.respawning_guest_units = set()   # (guest cgroup, unit) seen restarting what was killed
 
-    def _record(self, step, result, **what):
-        entry = {'at_s': round(self.clock() - self.started, 3), 'step': step, 'result': result}
-        entry.update(what)
-        self.actions.append(entry)
-        return entry
+    def _record(self, action, since=None):
+        now = self.clock()
+        action.at_s = round(now - self.started, 3)
+        if since is not None:
+            action.took_s = round(now - since, 3)
+        self.actions.append(action)
+        return action
+
+    def _look(self):
+        """A new survey, as check mode's recorded steps would have left it."""
+        return self.surveyor.without(self.surveyor.survey(), getattr(self.actor, 'ended', None))
 
     # --- the ladder -------------------------------------------------------------------------
 
@@ -239,14 +309,13 @@ class Ladder(object):
         first = self.surveyor.survey()
         if first.free:
             return self._result(first, first)
-        if self.check_mode:
-            self._plan(first)
-            return self._result(first, first)
         try:
-            return self._result(first, self._climb(first))
+            last = self._climb(first)
         except observe.ObserveError as exc:
             # The driver stopped answering after the ladder acted: say what was done so far.
             return self._interrupted(first, exc)
+        # Check mode changed nothing: the GPUs are as the first survey found them.
+        return self._result(first, first if self.actor.recording else last)
 
     def _climb(self, first):
         """The ladder proper, from the first survey to the last; returns the last survey."""
@@ -255,7 +324,7 @@ class Ladder(object):
         current = first
         for attempt in range(self.passes + 1):
             if self.stop_containers and self._stop_containers(current, protected_containers):
-                current = self.surveyor.survey()
+                current = self._look()
                 if current.free:
                     break
             targets = self._targets(current)
@@ -263,10 +332,11 @@ class Ladder(object):
             if not targets:
                 break
             if attempt > 0:
-                self._record('rescan', 'found %d holder(s) left or new' % len(targets),
-                             pids=[t['pid'] for t in targets])
+                self._record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
+                                        'found %d holder(s) left or new' % len(targets), False,
+                                        pids=[t['pid'] for t in targets]))
             self._escalate(targets, protected_units)
-            current = self.surveyor.survey()
+            current = self._look()
             if current.free:
                 current = self._watch_guest_respawn(targets, current)
             if current.free:
@@ -293,24 +363,26 @@ class Ladder(object):
         GPUs for up to GUEST_RESPAWN_WATCH_S and return the survey that shows the comeback, or
         the free one."""
         units = set(_guest_unit(t) for t in signalled) - set([None])
-        if not units:
+        if not units or self.actor.recording:
             return survey
-        seen = {}
+        seen = {'survey': survey}
 
         def came_back():
-            seen['survey'] = self.surveyor.survey()
+            seen['survey'] = self._look()
             return not seen['survey'].free
 
-        back, waited = act.wait_for(came_back, GUEST_RESPAWN_WATCH_S, clock=self.clock)
+        since = self.clock()
+        back, waited = self.actor.wait_until(came_back, GUEST_RESPAWN_WATCH_S)
+        watched = sorted(u[1] for u in units)
         if not back:
-            self._record('watch_respawn', 'nothing came back within %.1f s' % waited,
-                         guest_units=sorted(u[1] for u in units))
+            self._record(act.Action('watch_respawn', ', '.join(watched), 'nothing came back within %.1f s'
+                                    % waited, False, guest_units=watched), since)
             return seen['survey']
         again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
         self.respawning_guest_units |= set(_guest_unit(h) for h in again)
-        self._record('watch_respawn', 'came back after %.1f s: %s' % (waited, ', '.join(
-            'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again) or 'other holders'),
-            guest_units=sorted(u[1] for u in units))
+        self._record(act.Action('watch_respawn', ', '.join(watched), 'came back after %.1f s: %s' % (
+            waited, ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
+            or 'other holders'), False, guest_units=watched), since)
         return seen['survey']
 
     def _stop_containers(self, survey, protected_ids):
@@ -321,131 +393,132 @@ class Ladder(object):
         grace = 0 if self.force else self.term_timeout
         for owner in containers:
             self.stopped_containers.add((owner['runtime'], owner['id']))
-            self._record('stop_container', act.stop_container(owner, grace), container=owner['id'],
-                         runtime=owner['runtime'], name=owner['name'])
+            since = self.clock()
+            result, changed = self.actor.stop_container(owner, grace)
+            self._record(act.Action('stop_container', gpu_owner.describe(owner), result, changed,
+                                    container=owner['id'], runtime=owner['runtime'], name=owner['name']), since)
         return bool(containers)
 
     def _escalate(self, targets, protected_units):
         if self.stop_units:
-            units = decide.units_to_stop(targets, protected_units)
+            units = decide.units_to_stop(targets, protected_units, self.surveyor.backend.infrastructure_units)
             for unit in units:
-                self._record('stop_unit', act.stop_unit(unit, 0 if self.force else self.term_timeout,
-                                                        clock=self.clock), unit=unit)
+                since = self.clock()
+                result, changed = self.actor.stop_unit(unit, 0 if self.force else self.term_timeout)
+                self._record(act.Action('stop_unit', unit, result, changed, unit=unit), since)
             if units:
-                targets = self._alive(targets)
+                targets = self.actor.alive(targets)
         killed = []
         if not self.force:
-            for holder in targets:
-                self._signal(holder, signal.SIGTERM, 'sigterm')
+            terms = [(h, self._signal(h, signal.SIGTERM)) for h in targets]
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say): waiting out the grace for it frees nothing.
+            for holder, action in terms:
+                if holder['ignores_sigterm'] and action.changed and not self.actor.recording:
+                    action.result = 'sent; ignored (SigIgn), SIGKILL at once'
             killed = [self._kill(h) for h in targets if h['ignores_sigterm']]
-            listening = [h for h in targets if not h['ignores_sigterm']]
-            self._wait_gone(listening, self.term_timeout)
-            targets = self._alive(listening)
+            listening = [(h, a) for h, a in terms if not h['ignores_sigterm']]
+            self._wait_outcomes(listening, self.term_timeout, 'SIGTERM')
+            targets = self.actor.alive([h for h, _action in listening])
         killed += [self._kill(h) for h in targets]
         # SIGKILL is final for every process that is not stuck in the kernel; bound the wait
         # so a D-state process is reported, not waited on forever.
-        self._wait_gone(killed, max(self.term_timeout, 1.0))
-        for holder in self._alive(killed):
-            self._record('unreachable', 'alive after SIGKILL (state %s)'
-                         % (observe.read_identity(holder['pid']) or (None, 'gone'))[1],
-                         pid=holder['pid'], name=holder['name'])
+        self._wait_outcomes(killed, max(self.term_timeout, 1.0), 'SIGKILL')
+        for holder, _action in killed:
+            if self.actor.alive([holder]):
+                self._record(act.Action('unreachable', _who(holder), 'alive after SIGKILL (state %s)'
+                                        % self.actor.state_of(holder), False,
+                                        pid=holder['pid'], name=holder['name']))
+
+    def _wait_outcomes(self, sent, timeout, signame):
+        """Wait for the processes `sent` (holder, action) a signal to exit; say in each action
+        what happened."""
+        gone_at = self.actor.wait_gone([h for h, _action in sent], timeout)
+        if self.actor.recording:
+            return
+        for holder, action in sent:
+            if not action.changed:
+                continue
+            if holder['pid'] in gone_at:
+                action.result = 'exited after %s in %s' % (signame, _seconds(
+                    max(0.0, gone_at[holder['pid']] - self.started - action.at_s)))
+            elif signame == 'SIGTERM':
+                action.result = 'still running %s after SIGTERM' % _seconds(timeout)
 
     def _kill(self, holder):
-        self._signal(holder, signal.SIGKILL, 'sigkill')
+        action = self._signal(holder, signal.SIGKILL)
         self.killed.add((holder['pid'], holder['start_time']))
-        return holder
+        return holder, action
 
-    def _signal(self, holder, signum, step):
-        result = act.send_signal(holder['pid'], holder['start_time'], signum,
-                                 never=self.surveyor.own_ancestors)
-        self._record(step, result, pid=holder['pid'], name=holder['name'], gpus=holder['gpus'])
-
-    @staticmethod
-    def _alive(targets):
-        return [h for h in targets if act.is_alive(h['pid'], h['start_time'])]
-
-    def _wait_gone(self, targets, timeout):
-        if targets:
-            act.wait_for(lambda: not self._alive(targets), timeout, clock=self.clock)
+    def _signal(self, holder, signum):
+        result, changed = self.actor.signal(holder, signum, self.surveyor.own_ancestors)
+        step = act.SIGNAL_NAMES[signum].lower()
+        return self._record(act.Action(step, _who(holder), result, changed, pid=holder['pid'],
+                                       name=holder['name'], gpus=holder['gpus']))
 
     def _wait_release(self, survey):
-        selected = survey.selected
-        spared_pids = survey.spared_pids
-        back, waited = act.wait_for(lambda: self.surveyor.memory_back(selected, spared_pids),
-                                    self.release_timeout, clock=self.clock)
-        self._record('wait_release', 'memory back' if back else
-                     'memory still held after %.1f s' % waited, gpus=selected, waited_s=round(waited, 3))
-        return self.surveyor.survey()
+        selected, spared = survey.selected, survey.spared_pids
+        back, waited = self.actor.wait_until(lambda: self.surveyor.memory_back(selected, spared),
+                                             self.release_timeout)
+        if self.actor.recording:
+            result = 'would wait up to %ss for the memory' % self.release_timeout
+        elif back:
+            result = 'memory back after %s' % _seconds(waited)
+        else:
+            result = 'memory still held after %.1f s' % waited
+        self._record(act.Action('wait_release', 'GPU %s' % _indices(selected), result, False,
+                                gpus=selected, waited_s=round(waited, 3)))
+        return self._look()
 
     def _reset(self, survey):
+        reset = False
         for row in survey.rows:
             if row['free']:
                 continue
+            target = 'GPU %d' % row['index']
             users = [h for h in survey.holders if row['index'] in h['gpus']]
             if users:
-                self._record('reset', 'skipped: PIDs %s still use the device'
-                             % ', '.join(str(h['pid']) for h in users), gpu=row['index'])
+                self._record(act.Action('reset', target, 'skipped: PIDs %s still use the device'
+                                        % ', '.join(str(h['pid']) for h in users), False, gpu=row['index']))
                 continue
-            ok, steps = act.reset_gpu(row['index'], row['persistence_mode'], self.surveyor.nvml_timeout)
-            for what, rc, out in steps:
-                self._record(what, 'ok' if rc == 0 else 'failed (rc=%d): %s' % (rc, out), gpu=row['index'])
-        if any(a['step'] == 'reset' and a['result'] == 'ok' for a in self.actions):
-            return self._wait_release(survey)
-        return survey
-
-    def _plan(self, survey):
-        """Check mode: what the ladder would do, from one observation, sending nothing."""
-        if self.stop_containers:
-            holders = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
-            for owner in decide.containers_to_stop(holders, survey.selected, self.match,
-                                                   self.surveyor.protected_containers()):
-                self._record('stop_container', 'planned', container=owner['id'], runtime=owner['runtime'],
-                             name=owner['name'])
-        targets = self._targets(survey)
-        if self.stop_units:
-            for unit in decide.units_to_stop(targets, self.surveyor.protected_units()):
-                self._record('stop_unit', 'planned', unit=unit)
-        for holder in targets:
-            if not self.force:
-                self._record('sigterm', 'planned', pid=holder['pid'], name=holder['name'],
-                             gpus=holder['gpus'])
-            self._record('sigkill', 'planned (if still alive)' if not self.force else 'planned',
-                         pid=holder['pid'], name=holder['name'], gpus=holder['gpus'])
-        if self.allow_reset:
-            for row in survey.rows:
-                if not row['free'] and not row['holders'] and not row['handles']:
-                    self._record('reset', 'planned', gpu=row['index'])
+            for what, argv in self.surveyor.backend.reset_commands(row['index'], row['persistence_mode']):
+                since = self.clock()
+                result, changed = self.actor.run(argv, self.surveyor.nvml_timeout)
+                self._record(act.Action(what, target, result, changed, gpu=row['index']), since)
+                reset = reset or (what == 'reset' and changed)
+        return self._wait_release(survey) if reset else survey
 
     # --- the report -------------------------------------------------------------------------
 
     def _changed(self):
         """Something was stopped, signalled or reset (in check mode: would be)."""
-        if self.check_mode:
-            return any(a['result'].startswith('planned') for a in self.actions)
-        return any(a['result'] in ('sent', 'stopped', 'ok') or a['result'].startswith('stopping')
-                   for a in self.actions)
+        return any(a.changed for a in self.actions)
 
-    def _interrupted(self, first, exc):
+    def _common(self, first):
         return {
             'changed': self._changed(),
-            'actions': self.actions,
+            'actions': [a.as_result() for a in self.actions],
             'before': first.rows,
-            'after': [],
             'elapsed_s': round(self.clock() - self.started, 3),
-            'free': False,
             'holders': first.holders_of_selected(),
+            'backend': first.snapshot.backend,
+        }
+
+    def _interrupted(self, first, exc):
+        result = self._common(first)
+        result.update({
+            'after': [],
+            'free': False,
             'spared': first.spared,
             'remaining': [],
             'diagnosis': first.diagnosis,
-            'backend': first.snapshot.backend,
             'msg': '%s The ladder had taken %d action(s) before that (see actions); the GPUs were '
                    'not verified.' % (exc, len(self.actions)),
-        }
+        })
+        return result
 
     def _result(self, first, last):
-        elapsed = round(self.clock() - self.started, 3)
+        result = self._common(first)
         remaining = []
         if not last.free:
             targets, left = decide.plan_targets(last.holders, last.selected, self.match, last.spared_pids)
@@ -455,20 +528,21 @@ class Ladder(object):
             # Handles on a GPU still held block its reset; name them, never signal them.
             remaining += [dict(h, reason='has the device open (blocks a reset)') for h in last.holders
                           if h['pid'] not in seen and set(h['gpus']) & held]
-        changed = self._changed()
-        result = {
-            'changed': changed,
-            'actions': self.actions,
-            'before': first.rows,
+        result.update({
             'after': last.rows,
-            'elapsed_s': elapsed,
             'free': last.free,
-            'holders': first.holders_of_selected(),
             'spared': last.spared,
             'remaining': remaining,
             'diagnosis': last.diagnosis,
-            'backend': last.snapshot.backend,
-        }
-        if not last.free and not self.check_mode:
-            result['msg'] = decide.failure_message(last.rows, remaining, elapsed, self.allow_reset)
+        })
+        if not last.free and not self.actor.recording:
+            result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset)
         return result
+
+
+def _who(holder):
+    return 'PID %d (%s)' % (holder['pid'], holder['name'])
+
+
+def _indices(selected):
+    return ','.join(str(i) for i in selected)

@@ -1,17 +1,20 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuops.reclaim contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Observe: what the driver (NVML) and the kernel (/proc) say about GPUs and their holders.
+"""Observe: what the kernel (/proc) says about the processes that hold GPUs, and the shapes
+the GPU backends (gpu_vendor) report the driver's view in.
 
-Nothing here changes the host. Every NVML call is bounded by a timeout, because a wedged
-driver must produce a clear failure, never a hung play. Processes that vanish mid-scan are
-skipped; /proc entries that cannot be read are recorded, not fatal.
+Nothing here changes the host. /proc readers raise ProcessGone or AccessDenied and return
+named fields. A scan skips processes that vanish mid-scan and records, not fails on, entries
+it may not read. Driver calls are bounded (`bounded`): a wedged driver must produce a clear
+failure, never a hung play.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import os
 import pwd
 import subprocess
@@ -20,18 +23,6 @@ import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 
-try:
-    import pynvml
-    HAS_PYNVML = True
-    PYNVML_IMPORT_ERROR = None
-except ImportError as exc:  # the caller reports it with missing_required_lib
-    pynvml = None
-    HAS_PYNVML = False
-    PYNVML_IMPORT_ERROR = exc
-
-MIB = 1024 * 1024
-# NVML reports "not available" per-process memory with this sentinel (e.g. under WDDM or MIG).
-NVML_VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 _SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn
 
@@ -43,23 +34,48 @@ STATE_NAMES = {
 
 
 class ObserveError(Exception):
-    """The GPUs cannot be observed at all (no backend, NVML failed or timed out)."""
+    """The GPUs cannot be observed at all (no backend, the driver failed or timed out)."""
 
 
 class NvmlTimeout(ObserveError):
-    pass
+    """A driver query did not answer within nvml_timeout."""
+
+
+class ProcError(Exception):
+    """A /proc entry of one process could not be read."""
+
+    def __init__(self, pid, what, reason=''):
+        Exception.__init__(self, 'PID %s: %s %s' % (pid, what, reason))
+        self.pid = pid
+        self.what = what
+        self.reason = reason
+
+
+class ProcessGone(ProcError):
+    """The process exited (or was never there)."""
+
+
+class AccessDenied(ProcError):
+    """The process exists but this user may not read that entry."""
+
+
+# Fields of /proc/PID/stat this collection uses (proc(5) numbering in the comments).
+Stat = collections.namedtuple('Stat', 'comm state ppid start_time flags')
+# A process's identity: a reused PID has a later start time.
+Identity = collections.namedtuple('Identity', 'start_time state')
 
 
 class GpuState(object):
     """One GPU as the driver reports it."""
 
     def __init__(self, index, uuid, name, pci_bus_id, minor, total_mib, used_mib, reserved_mib,
-                 processes, persistence_mode=None):
+                 processes, persistence_mode=None, nodes=()):
         self.index = index
         self.uuid = uuid
         self.name = name
         self.pci_bus_id = pci_bus_id
         self.minor = minor
+        self.nodes = tuple(nodes)         # this GPU's own device node paths (the backend knows them)
         self.total_mib = total_mib
         self.used_mib = used_mib          # excluding driver-reserved memory (as nvidia-smi shows)
         self.reserved_mib = reserved_mib
@@ -98,7 +114,7 @@ class Snapshot(object):
     """Everything one scan saw, taken as close together in time as possible."""
 
     def __init__(self, gpus, procs, backend, own_pid, own_pidns, unreadable, nvml_missing_pids,
-                 taken_at):
+                 taken_at, infrastructure=(), parent_names=None):
         self.gpus = gpus                      # list of GpuState, all GPUs of the host
         self.procs = procs                    # pid -> ProcState for every process that matters
         self.backend = backend
@@ -107,14 +123,12 @@ class Snapshot(object):
         self.unreadable = unreadable          # list of (pid, what, reason)
         self.nvml_missing_pids = nvml_missing_pids  # NVML-listed PIDs with no /proc entry here
         self.taken_at = taken_at
+        self.infrastructure = tuple(infrastructure)  # the backend's daemon names: never signalled
+        self.parent_names = parent_names or {}  # ppid -> name, for parents outside `procs`
 
 
-# ---------------------------------------------------------------------------------------------
-# NVML, bounded
-# ---------------------------------------------------------------------------------------------
-
-def _bounded(fn, timeout, what):
-    """Run fn() in a worker thread and give up after `timeout` seconds.
+def bounded(fn, timeout, timeout_message):
+    """Run fn() in a worker thread; after `timeout` seconds raise NvmlTimeout(timeout_message).
 
     A ctypes call into a hung driver cannot be interrupted; a daemon thread lets the module
     report the hang and exit while the call stays stuck.
@@ -127,173 +141,23 @@ def _bounded(fn, timeout, what):
         except BaseException as exc:  # pylint: disable=broad-except
             box['error'] = exc
 
-    worker = threading.Thread(target=target, name='nvml-call')
+    worker = threading.Thread(target=target, name='driver-call')
     worker.daemon = True
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        raise NvmlTimeout('NVML did not answer %s within nvml_timeout=%ss: the driver is hung or '
-                          'busy; no process was signalled. Check `dmesg` for Xid errors; a hung '
-                          'driver usually needs a GPU reset or a reboot.' % (what, timeout))
+        raise NvmlTimeout(timeout_message)
     if 'error' in box:
         raise box['error']
     return box.get('value')
 
 
-def _mib(nbytes):
-    return int(nbytes // MIB)
-
-
-def _text(value):
-    return value.decode('utf-8', 'replace') if isinstance(value, bytes) else str(value)
-
-
-def _nvml_processes(handle):
-    """Compute, graphics and MPS contexts of one GPU, as (pid, MiB or None)."""
-    seen = {}
-    for getter in ('nvmlDeviceGetComputeRunningProcesses', 'nvmlDeviceGetGraphicsRunningProcesses',
-                   'nvmlDeviceGetMPSComputeRunningProcesses'):
-        fn = getattr(pynvml, getter, None)
-        if fn is None:
-            continue
-        try:
-            entries = fn(handle)
-        except pynvml.NVMLError as exc:
-            if getter == 'nvmlDeviceGetComputeRunningProcesses':
-                raise
-            # Graphics and MPS lists are unsupported on many datacenter boards.
-            if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-                continue
-            raise
-        for entry in entries:
-            used = entry.usedGpuMemory
-            mib = None if used is None or used == NVML_VALUE_NOT_AVAILABLE else _mib(used)
-            pid = int(entry.pid)
-            if pid in seen and seen[pid] is not None and mib is not None:
-                seen[pid] += mib
-            elif pid not in seen or seen[pid] is None:
-                seen[pid] = mib
-    return sorted(seen.items())
-
-
-def _read_nvml():
-    pynvml.nvmlInit()
-    try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            try:
-                mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-                used_mib, reserved_mib = _mib(mem.used), _mib(mem.reserved)
-            except (pynvml.NVMLError, AttributeError):
-                # Old drivers: v1 only, where "used" includes the reserved part.
-                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-                used_mib, reserved_mib = _mib(mem.used), 0
-            try:
-                persistence = bool(pynvml.nvmlDeviceGetPersistenceMode(handle))
-            except pynvml.NVMLError:
-                persistence = None
-            gpus.append(GpuState(
-                index=index,
-                uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                name=_text(pynvml.nvmlDeviceGetName(handle)),
-                pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
-                minor=int(pynvml.nvmlDeviceGetMinorNumber(handle)),
-                total_mib=_mib(mem.total),
-                used_mib=used_mib,
-                reserved_mib=reserved_mib,
-                processes=_nvml_processes(handle),
-                persistence_mode=persistence,
-            ))
-        return gpus
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-
-
-_SMI_GPU_FIELDS = 'index,uuid,name,pci.bus_id,memory.total,memory.used,memory.reserved,persistence_mode'
-
-
-def _run_smi(args, timeout):
-    try:
-        out = subprocess.run(['nvidia-smi'] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             timeout=timeout, check=False, universal_newlines=True)
-    except subprocess.TimeoutExpired:
-        raise NvmlTimeout('nvidia-smi %s did not answer within nvml_timeout=%ss: the driver is '
-                          'hung; no process was signalled.' % (' '.join(args), timeout))
-    if out.returncode != 0:
-        raise ObserveError('nvidia-smi %s failed (rc=%d): %s'
-                           % (' '.join(args), out.returncode, (out.stderr or out.stdout).strip()))
-    return [line.split(', ') for line in out.stdout.splitlines() if line.strip()]
-
-
-def _smi_minor(pci_bus_id, index):
-    """The device minor number from the driver's proc file; nvidia-smi cannot query it."""
-    bus = pci_bus_id.lower()
-    for candidate in (bus, bus[4:]):
-        path = '/proc/driver/nvidia/gpus/%s/information' % candidate
-        try:
-            with open(path) as handle:
-                for line in handle:
-                    if line.startswith('Device Minor'):
-                        return int(line.split(':', 1)[1])
-        except (IOError, OSError, ValueError):
-            continue
-    return index
-
-
-def _read_smi(timeout):
-    rows = _run_smi(['--query-gpu=' + _SMI_GPU_FIELDS, '--format=csv,noheader,nounits'], timeout)
-    apps = _run_smi(['--query-compute-apps=pid,used_memory,gpu_uuid', '--format=csv,noheader,nounits'],
-                    timeout)
-    by_uuid = {}
-    for pid, used, uuid in (row[:3] for row in apps if len(row) >= 3):
-        mib = int(used) if used.strip().isdigit() else None
-        by_uuid.setdefault(uuid.strip(), []).append((int(pid), mib))
-    gpus = []
-    for row in rows:
-        index, uuid, name, bus, total, used, reserved, persistence = [c.strip() for c in row[:8]]
-        gpus.append(GpuState(
-            index=int(index), uuid=uuid, name=name, pci_bus_id=bus,
-            minor=_smi_minor(bus, int(index)), total_mib=int(total), used_mib=int(used),
-            reserved_mib=int(reserved) if reserved.isdigit() else 0,
-            processes=sorted(by_uuid.get(uuid, [])),
-            persistence_mode=(persistence == 'Enabled') if persistence != '[N/A]' else None))
-    return gpus
-
-
-def backend_name():
-    """Which source of truth this host offers, without touching the driver."""
-    if HAS_PYNVML:
-        return 'nvml'
-    if _which('nvidia-smi'):
-        return 'nvidia-smi'
-    return None
-
-
-def _which(program):
+def which(program):
     for folder in os.environ.get('PATH', '/usr/bin:/bin').split(os.pathsep):
         candidate = os.path.join(folder, program)
         if os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-def read_gpus(timeout, backend=None):
-    """All GPUs with memory and driver-listed processes; raises ObserveError or NvmlTimeout."""
-    backend = backend or backend_name()
-    if backend == 'nvml':
-        try:
-            return _bounded(_read_nvml, timeout, 'the GPU query')
-        except pynvml.NVMLError as exc:
-            raise ObserveError('NVML failed: %s. Is the NVIDIA driver loaded (`lsmod | grep nvidia`)?'
-                               % exc)
-    if backend == 'nvidia-smi':
-        return _read_smi(timeout)
-    raise ObserveError('Neither nvidia-ml-py (python module pynvml) nor nvidia-smi is available '
-                       'on this host: install nvidia-ml-py for the Python that runs Ansible modules.')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,8 +169,25 @@ def _read(path):
         return handle.read()
 
 
+def _proc_error(exc, pid, what):
+    """The typed error for an OSError reading /proc/PID/<what>."""
+    if isinstance(exc, (FileNotFoundError, ProcessLookupError)):
+        return ProcessGone(pid, what)
+    if isinstance(exc, PermissionError):
+        return AccessDenied(pid, what, str(exc))
+    return ProcError(pid, what, str(exc))
+
+
+def _read_entry(base, pid, what):
+    try:
+        return _read('%s/%s' % (base, what))
+    except OSError as exc:
+        raise _proc_error(exc, pid, what)
+
+
 def parse_stat(raw):
-    """(comm, state name, ppid, start_time_ticks, flags) from /proc/PID/stat, robust to odd names.
+    """Stat(comm, state name, ppid, start_time in ticks, flags) from /proc/PID/stat text,
+    robust to odd names.
 
     A zombie whose other threads still run (its main thread called exit(2) alone) is
     'zombie-leader', not 'zombie': it still holds what the threads hold, nobody can reap it,
@@ -319,19 +200,25 @@ def parse_stat(raw):
     # fields[0] is field 3 (state); field N is fields[N - 3]
     state, threads = fields[0], int(fields[17])
     name = 'zombie-leader' if state == 'Z' and threads > 1 else STATE_NAMES.get(state, state)
-    return comm, name, int(fields[1]), int(fields[19]), int(fields[6])
+    return Stat(comm, name, int(fields[1]), int(fields[19]), int(fields[6]))
+
+
+def read_stat(pid, proc='/proc'):
+    """Stat of one process; raises ProcessGone (also for a stat that vanished mid-read)."""
+    raw = _read_entry('%s/%d' % (proc, pid), pid, 'stat')
+    try:
+        return parse_stat(raw)
+    except (ValueError, IndexError):
+        raise ProcessGone(pid, 'stat', 'empty or cut short: the process exited while read')
 
 
 def read_identity(pid, proc='/proc'):
-    """(start time in clock ticks since boot, state name), or None when the process is gone.
+    """Identity(start time in clock ticks since boot, state name); raises ProcessGone.
 
     PID plus start time is a process's identity: a reused PID has a later start time.
     """
-    try:
-        state, start = parse_stat(_read('%s/%d/stat' % (proc, pid)))[1:4:2]
-    except (IOError, OSError, ValueError, IndexError):
-        return None
-    return start, state
+    stat = read_stat(pid, proc)
+    return Identity(stat.start_time, stat.state)
 
 
 def _pids(proc):
@@ -342,19 +229,17 @@ def _pids(proc):
     return [int(name) for name in names if name.isdigit()]
 
 
-def _device_fds(base, dev_prefix):
-    """Paths under the device directory that the process at `base` (/proc/PID) has open;
-    None when the process vanished.
+def _device_fds(base, pid, node_paths):
+    """Paths of device nodes (starting with one of `node_paths`) that the process at `base`
+    (/proc/PID or /proc/PID/task/TID) has open; raises ProcessGone or AccessDenied.
 
     readlinkat() relative to an open /proc/PID/fd directory skips re-resolving the
     /proc/PID/fd prefix for every descriptor, which is where a naive scan spends its time.
     """
     try:
         dir_fd = os.open(base + '/fd', os.O_RDONLY | os.O_DIRECTORY)
-    except FileNotFoundError:
-        return None
     except OSError as exc:
-        return exc
+        raise _proc_error(exc, pid, 'fd')
     found = set()
     try:
         for name in os.listdir(dir_fd):
@@ -362,133 +247,153 @@ def _device_fds(base, dev_prefix):
                 target = os.readlink(name, dir_fd=dir_fd)
             except OSError:
                 continue  # closed between listdir and readlink
-            if target.startswith(dev_prefix):
+            if target.startswith(node_paths):
                 found.add(target)
     except OSError as exc:
-        return exc
+        raise _proc_error(exc, pid, 'fd')
     finally:
         os.close(dir_fd)
     return found
 
 
-def _device_maps(base, dev_prefix):
-    try:
-        raw = _read(base + '/maps')
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return exc
-    needle = b' ' + dev_prefix.encode()
+def _device_maps(base, pid, node_paths):
+    """Paths of device nodes the process at `base` maps; raises ProcessGone or AccessDenied."""
+    raw = _read_entry(base, pid, 'maps')
     found = set()
-    if needle not in raw:
-        return found
-    for line in raw.splitlines():
-        index = line.find(needle)
-        if index >= 0:
-            found.add(line[index + 1:].decode('utf-8', 'replace').strip())
+    for path in node_paths:
+        needle = b' ' + path.encode()
+        if needle not in raw:
+            continue
+        for line in raw.splitlines():
+            index = line.find(needle)
+            if index >= 0:
+                found.add(line[index + 1:].decode('utf-8', 'replace').strip())
     return found
 
 
+def _status_fields(raw):
+    """(uid, nspid, ignores_sigterm) from /proc/PID/status text."""
+    uid = nspid = None
+    ignores_sigterm = False
+    for line in raw.decode('utf-8', 'replace').splitlines():
+        if line.startswith('Uid:'):
+            uid = int(line.split()[1])
+        elif line.startswith('NSpid:'):
+            nspid = [int(x) for x in line.split()[1:]]
+        elif line.startswith('SigIgn:'):
+            ignores_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
+    return uid, nspid, ignores_sigterm
+
+
 def _fill_details(info, proc):
-    """Identity, state and ownership of one process; False when it vanished."""
+    """Identity, state and ownership of one process; raises ProcessGone when it vanished.
+
+    Entries other than stat that cannot be read are listed in info.unreadable.
+    """
     pid = info.pid
     base = '%s/%d' % (proc, pid)
-    try:
-        comm, state, ppid, start, flags = parse_stat(_read(base + '/stat'))
-    except (IOError, OSError, ValueError, IndexError):
-        return False
-    info.name, info.ppid, info.start_time, info.state = comm, ppid, start, state
-    info.kthread = bool(flags & _KTHREAD_FLAG)
-    try:
-        info.cmdline = _read(base + '/cmdline').replace(b'\0', b' ').decode('utf-8', 'replace').strip()
-    except (IOError, OSError):
-        info.unreadable.append('cmdline')
-    try:
-        for line in _read(base + '/status').decode('utf-8', 'replace').splitlines():
-            if line.startswith('Uid:'):
-                info.uid = int(line.split()[1])
-            elif line.startswith('NSpid:'):
-                info.nspid = [int(x) for x in line.split()[1:]]
-            elif line.startswith('SigIgn:'):
-                info.ignores_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
-    except (IOError, OSError, ValueError):
-        info.unreadable.append('status')
+    stat = read_stat(pid, proc)
+    info.name, info.ppid, info.start_time, info.state = stat.comm, stat.ppid, stat.start_time, stat.state
+    info.kthread = bool(stat.flags & _KTHREAD_FLAG)
+
+    def optional(what, parse):
+        try:
+            return parse(_read_entry(base, pid, what))
+        except ProcessGone:
+            raise
+        except (ProcError, ValueError):
+            info.unreadable.append(what)
+            return None
+
+    cmdline = optional('cmdline', lambda raw: raw.replace(b'\0', b' ').decode('utf-8', 'replace').strip())
+    info.cmdline = cmdline or ''
+    status = optional('status', _status_fields)
+    if status:
+        info.uid, info.nspid, info.ignores_sigterm = status
     if info.uid is not None:
         try:
             info.user = pwd.getpwuid(info.uid).pw_name
         except KeyError:
             info.user = str(info.uid)
-    try:
-        info.cgroup = _read(base + '/cgroup').decode('utf-8', 'replace')
-    except (IOError, OSError):
-        info.unreadable.append('cgroup')
+    info.cgroup = optional('cgroup', lambda raw: raw.decode('utf-8', 'replace')) or ''
     try:
         info.pidns = os.readlink(base + '/ns/pid')
     except OSError:
         info.unreadable.append('ns/pid')
-    if state == 'disk-sleep':
-        try:
-            info.wchan = _read(base + '/wchan').decode('utf-8', 'replace').strip() or None
-        except (IOError, OSError):
-            info.unreadable.append('wchan')
-    return True
+    if stat.state == 'disk-sleep':
+        info.wchan = optional('wchan', lambda raw: raw.decode('utf-8', 'replace').strip() or None)
 
 
-def scan_processes(dev_dir='/dev', proc='/proc', deep=False, extra_pids=()):
-    """Every process that has a file under `dev_dir`/nvidia* open or mapped.
+def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=()):
+    """Every process that has a device node starting with one of `node_paths` open or mapped.
 
-    Maps are read for processes with device fds and for `extra_pids` (the ones NVML lists);
-    with `deep`, for every process, which also finds a process that closed its fds but kept
-    its mappings. Returns (procs, unreadable).
+    Maps are read for processes with device fds and for `extra_pids` (the ones the driver
+    lists); with `deep`, for every process, which also finds a process that closed its fds but
+    kept its mappings. Processes that exit mid-scan are skipped. Returns (procs, unreadable),
+    unreadable a list of (pid, what, reason).
     """
-    dev_prefix = dev_dir.rstrip('/') + '/nvidia'
+    node_paths = tuple(node_paths)
     procs, unreadable = {}, []
     extra = set(extra_pids)
     for pid in _pids(proc):
         base = '%s/%d' % (proc, pid)
-        fds = _device_fds(base, dev_prefix)
-        if fds is None:
-            continue
-        if isinstance(fds, Exception):
-            unreadable.append((pid, 'fd', str(fds)))
-            fds = set()
-        if not fds and not deep and pid not in extra:
-            continue
-        maps = _device_maps(base, dev_prefix)
-        if maps is None:
-            continue
-        if isinstance(maps, Exception):
-            unreadable.append((pid, 'maps', str(maps)))
-            maps = set()
-        if not fds and not maps and pid not in extra:
-            continue
-        info = ProcState(pid)
-        info.dev_fds, info.dev_maps = fds, maps
-        if _fill_details(info, proc):
+        try:
+            fds, maps = _devices(base, pid, node_paths, deep or pid in extra, unreadable)
+            if not fds and not maps and pid not in extra:
+                continue
+            info = ProcState(pid)
+            info.dev_fds, info.dev_maps = fds, maps
+            _fill_details(info, proc)
             if info.state == 'zombie-leader' and not fds and not maps:
-                info.dev_fds, info.dev_maps = _thread_devices(base, pid, dev_prefix)
-            procs[pid] = info
+                info.dev_fds, info.dev_maps = _thread_devices(base, pid, node_paths)
+        except ProcessGone:
+            continue
+        procs[pid] = info
     return procs, unreadable
 
 
-def _thread_devices(base, pid, dev_prefix):
+def _devices(base, pid, node_paths, read_maps, unreadable):
+    """(fds, maps) of one process; an entry it may not read is recorded and counts as empty."""
+    try:
+        fds = _device_fds(base, pid, node_paths)
+    except ProcessGone:
+        raise
+    except ProcError as exc:
+        unreadable.append((pid, 'fd', exc.reason))
+        fds = set()
+    if not fds and not read_maps:
+        return fds, set()
+    try:
+        maps = _device_maps(base, pid, node_paths)
+    except ProcessGone:
+        raise
+    except ProcError as exc:
+        unreadable.append((pid, 'maps', exc.reason))
+        maps = set()
+    return fds, maps
+
+
+def _thread_devices(base, pid, node_paths):
     """A zombie leader's own fd table is gone: read its live threads' view instead."""
     try:
         tids = [t for t in os.listdir(base + '/task') if t != str(pid)]
     except OSError:
         return set(), set()
     for tid in tids:
-        fds = _device_fds('%s/task/%s' % (base, tid), dev_prefix)
-        maps = _device_maps('%s/task/%s' % (base, tid), dev_prefix)
-        if isinstance(fds, set) and isinstance(maps, set):
-            return fds, maps
+        task = '%s/task/%s' % (base, tid)
+        try:
+            return _device_fds(task, pid, node_paths), _device_maps(task, pid, node_paths)
+        except ProcError:
+            continue
     return set(), set()
 
 
 def describe_process(pid, proc='/proc'):
-    """Details of one process that holds nothing (an ancestor, a zombie's parent); or None."""
+    """Details of one process that holds nothing (an ancestor, a zombie's parent); raises
+    ProcessGone."""
     info = ProcState(pid)
-    return info if _fill_details(info, proc) else None
+    _fill_details(info, proc)
+    return info
 
 
 def ancestors(pid, proc='/proc'):
@@ -499,15 +404,15 @@ def ancestors(pid, proc='/proc'):
         seen.add(pid)
         chain.append(pid)
         try:
-            pid = parse_stat(_read('%s/%d/stat' % (proc, pid)))[2]
-        except (IOError, OSError, ValueError, IndexError):
+            pid = read_stat(pid, proc).ppid
+        except ProcError:
             break
     return chain
 
 
 def unit_restart_policy(unit, timeout=10):
     """(Restart=, ActiveState) of a systemd unit, or (None, None) where systemd is not running."""
-    if not unit or not os.path.isdir('/run/systemd/system') or not _which('systemctl'):
+    if not unit or not os.path.isdir('/run/systemd/system') or not which('systemctl'):
         return None, None
     try:
         out = subprocess.run(['systemctl', 'show', '-p', 'Restart', '-p', 'ActiveState', '--', unit],
@@ -525,7 +430,7 @@ def runtime_details(owner, timeout=10):
     fails or does not answer within `timeout` seconds: the owner is then named by its id."""
     row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
     argv = gpu_owner.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
-    if not argv or not row.get('cli') or not _which(row['cli']):
+    if not argv or not row.get('cli') or not which(row['cli']):
         return {}
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
@@ -537,20 +442,33 @@ def runtime_details(owner, timeout=10):
     return gpu_owner.parse_inspect(row['parse'], out.stdout)
 
 
-def take_snapshot(nvml_timeout, dev_dir='/dev', proc='/proc', deep=False, backend=None):
-    """One observation of the GPUs and every process that holds them."""
+def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False):
+    """One observation of the GPUs (through `backend`, a gpu_vendor.GpuBackend) and of every
+    process that holds them."""
     started = time.time()
-    gpus = read_gpus(nvml_timeout, backend=backend)
+    gpus = backend.read_gpus(nvml_timeout)
     nvml_pids = set(entry[0] for gpu in gpus for entry in gpu.processes)
-    procs, unreadable = scan_processes(dev_dir=dev_dir, proc=proc, deep=deep, extra_pids=nvml_pids)
-    # NVML PIDs that the scan could not read are either gone, impossible, or outside this
-    # PID namespace; a PID of 0 or above pid_max can never resolve.
+    procs, unreadable = scan_processes(backend.node_paths(), proc=proc, deep=deep, extra_pids=nvml_pids)
+    # Driver-listed PIDs that the scan could not read are either gone, impossible, or outside
+    # this PID namespace; a PID of 0 or above pid_max can never resolve.
     missing = sorted(pid for pid in nvml_pids if pid not in procs)
-    own_pid = os.getpid()
     try:
         own_pidns = os.readlink('%s/self/ns/pid' % proc)
     except OSError:
         own_pidns = None
-    return Snapshot(gpus=gpus, procs=procs, backend=backend or backend_name(), own_pid=own_pid,
+    return Snapshot(gpus=gpus, procs=procs, backend=backend.name, own_pid=os.getpid(),
                     own_pidns=own_pidns, unreadable=unreadable, nvml_missing_pids=missing,
-                    taken_at=started)
+                    taken_at=started, infrastructure=backend.infrastructure,
+                    parent_names=_parent_names(procs, proc))
+
+
+def _parent_names(procs, proc):
+    """Names of the scanned processes' parents that the scan did not keep (a zombie's reaper)."""
+    names = {}
+    for info in procs.values():
+        if info.ppid and info.ppid not in procs and info.ppid not in names:
+            try:
+                names[info.ppid] = read_stat(info.ppid, proc).comm
+            except ProcError:
+                names[info.ppid] = None
+    return names

@@ -7,7 +7,8 @@ of /proc/PID/cgroup, and how each container runtime is reached from the command 
 Pure: parsing and the runtime table only. Running a runtime's CLI is observation
 (gpu_observe.runtime_details) or action (gpu_act); both take their argv from RUNTIMES.
 
-Where each cgroup layout comes from is cited in tests/unit/test_owner.py beside a real path.
+Where each cgroup layout comes from is cited in tests/unit/plugins/module_utils/test_gpu_owner.py
+beside a real path.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Peer memory: one GPU's memory held through another GPU's process (NCCL, CUDA IPC).
 
-Measured on 2x H200 (FIELD_NOTES): with NCCL tensor parallelism, after rank 0 died, rank 1
+Measured on 2x H200 (tests/gpu scenario s8): with NCCL tensor parallelism, after rank 0 died, rank 1
 (context on GPU 1) kept 291 MiB on GPU 0 that NVML charged to no process; killing rank 1 freed
 both GPUs. So memory charged to nobody on a GPU that a live process with a context elsewhere
 maps is explained by that process, not by a leak, and a reset is the wrong lever while it lives.

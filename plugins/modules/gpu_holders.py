@@ -314,11 +314,12 @@ def main():
     if error:
         module.fail_json(msg=error)
     try:
-        result = survey_result(surveyor_from_params(module.params).survey())
+        surveyor = surveyor_from_params(module.params)
+        result = survey_result(surveyor.survey())
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))
-    if result['backend'] != 'nvml':
-        module.warn('nvidia-ml-py is not installed on this host; read the GPUs through nvidia-smi.')
+    if surveyor.backend.warning:
+        module.warn(surveyor.backend.warning)
     module.exit_json(changed=False, **result)
 
 

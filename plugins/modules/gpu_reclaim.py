@@ -41,7 +41,9 @@ requirements:
 attributes:
   check_mode:
     support: full
-    description: Returns the plan in RV(actions) (results C(planned)) and sends nothing.
+    description:
+      - Runs the same ladder and returns its steps in RV(actions) (results C(would ...)), sending
+        nothing; each process is assumed to exit on the signal it would get.
   diff_mode:
     support: none
     description: The change is a set of stopped processes, reported in RV(actions).
@@ -121,8 +123,8 @@ extends_documentation_fragment:
 seealso:
   - module: gpuops.reclaim.gpu_holders
 notes:
-  - In check mode the plan comes from one observation; holders that a real run would find on
-    rescan (respawns, forks) cannot be known in advance.
+  - In check mode the steps come from the observations of a host nothing was done to; holders a
+    real run would find on rescan (respawns, forks) cannot be known in advance.
 """
 
 EXAMPLES = r"""
@@ -158,31 +160,62 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed:
-  description: True when a container or unit was stopped, a signal was sent or a GPU was reset (in check mode, when something would be).
+  description: True when a step changed the host (a container or unit stopped, a signal sent, a GPU reset); in check mode, when one would.
   returned: always
   type: bool
 actions:
-  description: What was done, in order.
+  description:
+    - What was done, in order, one entry per step; in check mode the same steps a real run takes
+      from the same observation, each only recorded (results C(would ...)).
   returned: always
   type: list
   elements: dict
   contains:
-    at_s:
-      description: "Seconds since the module started."
-      type: float
-      returned: always
     step:
-      description: "stop_container, stop_unit, sigterm, sigkill, rescan, unreachable, wait_release, persistence_off, reset, persistence_on."
+      description:
+        - "stop_container, stop_unit, sigterm, sigkill, unreachable, rescan, watch_respawn (after killing a
+          guest's service from its host, whether the guest's systemd started it again), wait_release,
+          persistence_off, reset, persistence_on."
       type: str
       returned: always
+    target:
+      description: "What the step acted on: C(PID 194909 (sglang::schedul)), a unit name, C(GPU 2)."
+      type: str
+      returned: always
+    result:
+      description:
+        - "What happened, e.g. C(exited after SIGTERM in 0.12 s), C(still running 30.00 s after SIGTERM),
+          C(sent; ignored (SigIgn\\), SIGKILL at once), C(gone) (exited before), C(reused) (the PID is
+          another process now, not signalled), C(refused: ...), C(stopped in 0.84 s), C(ok),
+          C(failed (rc=N\\): ...), C(memory back after 0.40 s)."
+        - "In check mode C(would send SIGTERM), C(would stop it ...), C(would run ...)."
+      type: str
+      returned: always
+    changed:
+      description: "Whether this step changed the host (in check mode: would)."
+      type: bool
+      returned: always
+    at_s:
+      description: "Seconds since the module started, when the step was taken."
+      type: float
+      returned: always
+    took_s:
+      description: "Seconds the step took, for unit stops and reset commands."
+      type: float
+      returned: when the step waits for a command
     pid:
-      description: "The process, for signal steps."
+      description: "The process, for signal and unreachable steps."
       type: int
       returned: when a process is concerned
     name:
-      description: "Its name."
+      description: "The process's or the container's name."
       type: str
-      returned: when a process is concerned
+      returned: when a process or a container is concerned
+    gpus:
+      description: "GPU indices: those the signalled process holds, or those waited on (wait_release)."
+      type: list
+      elements: int
+      returned: for signal and wait_release steps
     unit:
       description: "The unit, for stop_unit."
       type: str
@@ -199,13 +232,25 @@ actions:
       description: "The GPU index, for reset steps."
       type: int
       returned: when a GPU is concerned
-    result:
-      description: "sent, gone (exited before), reused (PID now another process: not signalled), refused: ..., stopped, planned, ok, failed ..."
-      type: str
-      returned: always
+    pids:
+      description: "The holders a rescan found left or new."
+      type: list
+      elements: int
+      returned: for rescan
+    guest_units:
+      description: "The guest's services watched, for watch_respawn."
+      type: list
+      elements: str
+      returned: for watch_respawn
+    waited_s:
+      description: "Seconds waited for the memory."
+      type: float
+      returned: for wait_release
   sample:
-    - {at_s: 0.012, step: sigterm, pid: 194909, name: "sglang::schedul", result: sent}
-    - {at_s: 1.034, step: sigkill, pid: 194909, name: "sglang::schedul", result: sent}
+    - {at_s: 0.012, step: sigterm, target: "PID 194909 (sglang::schedul)", pid: 194909, name: "sglang::schedul",
+       gpus: [2], result: "still running 30.00 s after SIGTERM", changed: true}
+    - {at_s: 30.034, step: sigkill, target: "PID 194909 (sglang::schedul)", pid: 194909, name: "sglang::schedul",
+       gpus: [2], result: "exited after SIGKILL in 0.02 s", changed: true}
 before:
   description: The GPU table (as M(gpuops.reclaim.gpu_holders) returns in C(gpus)) before acting.
   returned: always
@@ -263,41 +308,22 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
-    SURVEY_ARGUMENT_SPEC, Ladder, survey_param_error, surveyor_from_params)
+    RECLAIM_ARGUMENT_SPEC, SURVEY_ARGUMENT_SPEC, ladder_from_params, reclaim_param_error)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            SURVEY_ARGUMENT_SPEC,
-            term_timeout=dict(type='float', default=30.0),
-            release_timeout=dict(type='float', default=60.0),
-            passes=dict(type='int', default=3, no_log=False),
-            stop_units=dict(type='bool', default=True),
-            stop_containers=dict(type='bool', default=True),
-            match=dict(type='list', elements='str', default=[]),
-            force=dict(type='bool', default=False),
-            allow_reset=dict(type='bool', default=False),
-            spare_units=dict(type='list', elements='str', default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    for name in ('term_timeout', 'release_timeout', 'passes'):
-        if params[name] < 0:
-            module.fail_json(msg='%s must be 0 or more, got %s' % (name, params[name]))
-    error = survey_param_error(params)
+    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC, **RECLAIM_ARGUMENT_SPEC),
+                           supports_check_mode=True)
+    error = reclaim_param_error(module.params)
     if error:
         module.fail_json(msg=error)
     try:
-        ladder = Ladder(surveyor_from_params(params, spare_units=params['spare_units']), term_timeout=params['term_timeout'],
-                        release_timeout=params['release_timeout'], passes=params['passes'],
-                        stop_units=params['stop_units'], match=params['match'], force=params['force'],
-                        allow_reset=params['allow_reset'], check_mode=module.check_mode,
-                        stop_containers=params['stop_containers'])
+        ladder = ladder_from_params(module.params, module.check_mode)
         result = ladder.run()
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))
+    if ladder.surveyor.backend.warning:
+        module.warn(ladder.surveyor.backend.warning)
     if 'msg' in result:
         module.fail_json(**result)
     module.exit_json(**result)

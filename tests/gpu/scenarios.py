@@ -37,7 +37,11 @@ def _node(ctx, gpu):
 
 
 def _actions(result):
-    return [(a.get('step'), a.get('pid'), a.get('result')) for a in result.get('actions') or []]
+    """(step, pid, outcome): outcome 'sent' for a signal that reached its process (the action
+    changed the host), else the action's result sentence."""
+    return [(a.get('step'), a.get('pid'),
+             'sent' if a.get('step') in ('sigterm', 'sigkill') and a.get('changed') else a.get('result'))
+            for a in result.get('actions') or []]
 
 
 def _verify_free_after(ctx, gpus, pids, started):
@@ -325,7 +329,7 @@ def s5_reset_check_mode(ctx):
     ctx.num('plan', [dict((k, a.get(k)) for k in ('step', 'pid', 'gpu', 'result')) for a in plan])
     ctx.check('check mode run succeeded', call['rc'] == 0 and not res.get('failed'), res.get('msg'))
     ctx.check('the plan has steps', bool(plan))
-    ctx.check('every step is only planned', all(str(a.get('result', '')).startswith('planned') for a in plan),
+    ctx.check('every step is only planned', all(str(a.get('result', '')).startswith('would ') for a in plan),
               [a.get('result') for a in plan])
     ctx.check('the plan signals our holder (sigterm, then sigkill)',
               [a.get('step') for a in plan if a.get('pid') == pid] == ['sigterm', 'sigkill'])

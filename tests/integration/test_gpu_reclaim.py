@@ -27,7 +27,7 @@ def steps(result, step):
 
 
 def signalled(result, step):
-    return {a["pid"] for a in steps(result, step) if a["result"] == "sent"}
+    return {a["pid"] for a in steps(result, step) if a["changed"]}
 
 
 def assert_all_free(lab, node, result, gpus):
@@ -55,6 +55,7 @@ def test_tp8_orphans_after_parent_sigkill(lab, node):
     assert result["changed"] is True
     assert {b["index"] for b in result["before"] if not b["free"]} == set(range(1, 8))
     assert signalled(result, "sigterm") == set(orphans)
+    assert all(a["result"].startswith("exited after SIGTERM in ") for a in steps(result, "sigterm")), result["actions"]
     assert not steps(result, "sigkill"), "orphans exit on SIGTERM: no SIGKILL needed"
     assert_all_free(lab, node, result, range(8))
     for proc in rec["processes"]:
@@ -69,7 +70,9 @@ def test_sigterm_ignored_then_sigkill(lab, node):
     result = ok(reclaim(lab, node, gpus=["2"]))
 
     order = [(a["step"], a["result"]) for a in result["actions"] if a.get("pid") == rec["pid"]]
-    assert order == [("sigterm", "sent"), ("sigkill", "sent")], result["actions"]
+    assert [step for step, _unused in order] == ["sigterm", "sigkill"], result["actions"]
+    assert order[0][1] == "sent; ignored (SigIgn), SIGKILL at once", order
+    assert order[1][1].startswith("exited after SIGKILL in "), order
     term, kill = steps(result, "sigterm")[0], steps(result, "sigkill")[0]
     assert kill["at_s"] >= term["at_s"]
     assert not sc.alive(lab, node, rec["pid"], rec["start_time"])
@@ -93,7 +96,8 @@ def test_restart_always_unit_is_stopped(lab, node):
     result = ok(reclaim(lab, node, gpus=["4"]))
 
     stops = steps(result, "stop_unit")
-    assert [(a["unit"], a["result"]) for a in stops] == [("gpuhog.service", "stopped")], result["actions"]
+    assert [a["unit"] for a in stops] == ["gpuhog.service"], result["actions"]
+    assert stops[0]["result"].startswith("stopped in ") and stops[0]["changed"] is True, stops
     assert sc.unit_state(lab, node) in ("inactive", "failed")
     assert not sc.alive(lab, node, rec["pid"], rec["start_time"])
     # Nothing came back from Restart=always: no process holds GPU 4 now.
@@ -171,7 +175,8 @@ def test_check_mode_plans_and_sends_nothing(lab, node):
     result = ok(reclaim(lab, node, check_mode=True))
 
     assert result["changed"] is True
-    assert {a["result"].split(" ")[0] for a in result["actions"]} == {"planned"}, result["actions"]
+    assert {a["result"].split(" ")[0] for a in result["actions"]} == {"would"}, result["actions"]
+    assert all(a["changed"] for a in result["actions"]), result["actions"]
     assert {a["pid"] for a in steps(result, "sigterm")} == {pid for pid, _unused in everyone}
     assert [a["unit"] for a in steps(result, "stop_unit")] == ["gpuhog.service"]
     for pid, start in everyone:

@@ -71,7 +71,7 @@ def test_random_holders_spare_protected_and_out_of_scope(lab, specs, selected, u
                                          "protect": ["^keepme"], "term_timeout": 1,
                                          "release_timeout": 5})
 
-        signalled = {a["pid"] for a in result["actions"] if a["result"] == "sent"}
+        signalled = {a["pid"] for a in result["actions"] if a["step"] in ("sigterm", "sigkill") and a["changed"]}
         for pid, start_time, name, gpus in procs:
             if name in PROTECTED:
                 assert pid not in signalled, "protected %s (%d) was signalled" % (name, pid)

@@ -17,7 +17,7 @@ from fakegpulib.testing import FakeGpuRoot
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 
-COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '.build', 'collections'))
+COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', '.build', 'collections'))
 # The ladder runs in its own process, as the module does: the holders are not its children
 # (a module never runs the processes it reclaims), and pynvml loads the stand-in library.
 RUNNER = '''
@@ -36,6 +36,14 @@ PROTECTED_NAMES = {'nv-hostengine', 'keepme-notebook'}
 
 
 pytestmark = pytest.mark.usefixtures('stand_in_lib')
+
+
+def identity_or_none(pid):
+    """The process's identity, or None for one already gone (a killed orphan parent)."""
+    try:
+        return act.read_identity(pid)
+    except act.ProcessGone:
+        return None
 
 
 def run_ladder(root, selected):
@@ -85,7 +93,7 @@ def test_ladder_spares_protected_and_out_of_scope_and_frees_or_explains(tmp_path
                     processes.append((child, spec['name'], {spec['child_gpu']}))
             if spec['orphan'] and spec['child_gpu'] is not None:
                 holder.kill()
-        identities = [(pid, act.read_identity(pid), name, gpus) for pid, name, gpus in processes]
+        identities = [(pid, identity_or_none(pid), name, gpus) for pid, name, gpus in processes]
 
         result = run_ladder(root, selected)
 
@@ -97,7 +105,7 @@ def test_ladder_spares_protected_and_out_of_scope_and_frees_or_explains(tmp_path
                 assert still, 'protected %s (%d) was killed: %s' % (name, pid, result['actions'])
             if not gpus & selected:
                 assert still, 'out-of-scope PID %d on GPU %s was killed' % (pid, gpus)
-        signalled = set(a['pid'] for a in result['actions'] if a['result'] == 'sent')
+        signalled = set(a['pid'] for a in result['actions'] if a['step'] in ('sigterm', 'sigkill') and a['changed'])
         protected_pids = set(pid for pid, _unused, name, _unused in identities if name in PROTECTED_NAMES)
         assert not signalled & protected_pids
         if result['free']:

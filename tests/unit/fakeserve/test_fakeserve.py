@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-FAKESERVE = pathlib.Path(__file__).resolve().parents[1] / "fakeserve" / "fakeserve"
+FAKESERVE = pathlib.Path(__file__).resolve().parents[2] / "fakeserve" / "fakeserve"
 _loader = importlib.machinery.SourceFileLoader("fakeserve", str(FAKESERVE))
 fs = importlib.util.module_from_spec(importlib.util.spec_from_loader("fakeserve", _loader))
 _loader.exec_module(fs)

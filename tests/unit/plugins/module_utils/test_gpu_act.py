@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
 
-COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '.build', 'collections'))
+COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', '.build', 'collections'))
 
 
 @pytest.fixture

@@ -4,44 +4,8 @@ import re
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
-    GpuState, ProcState, Snapshot, parse_stat)
 
-OWN_NS = 'pid:[4026531836]'
-
-
-def gpu(index, minor=None, used=0, processes=()):
-    return GpuState(index=index, uuid='GPU-%08d-0000' % index, name='NVIDIA H200',
-                    pci_bus_id='00000000:%02X:00.0' % (0x10 + index),
-                    minor=index if minor is None else minor, total_mib=97887, used_mib=used,
-                    reserved_mib=615, processes=list(processes), persistence_mode=True)
-
-
-def proc(pid, name='python3', fds=(), maps=(), state='sleeping', ppid=1, cmdline=None,
-         cgroup='0::/user.slice/session-1.scope', pidns=OWN_NS, nspid=None, kthread=False):
-    p = ProcState(pid)
-    p.start_time = 1000 + pid
-    p.name = name
-    p.cmdline = cmdline if cmdline is not None else name
-    p.state = state
-    p.ppid = ppid
-    p.cgroup = cgroup
-    p.pidns = pidns
-    p.nspid = nspid or [pid]
-    p.kthread = kthread
-    p.user = 'root'
-    p.dev_fds = set(fds)
-    p.dev_maps = set(maps)
-    return p
-
-
-def snap(gpus, procs, missing=(), own_pid=99999):
-    return Snapshot(gpus=gpus, procs=dict((p.pid, p) for p in procs), backend='nvml',
-                    own_pid=own_pid, own_pidns=OWN_NS, unreadable=[], nvml_missing_pids=list(missing),
-                    taken_at=0.0)
-
-
-CTX = ('/dev/nvidia0', '/dev/nvidiactl', '/dev/nvidia-uvm')
+from .observations import CTX, OWN_NS, gpu, proc, snap
 
 
 def classify(s, patterns=(), own_tree=frozenset(), units=None):
@@ -415,11 +379,3 @@ def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     empty = snap([gpu(1, used=500)], [])
     msg = decide.failure_message(decide.gpu_table(empty, [], [1], 128), [], 3.0, allow_reset=False)
     assert 'no process visible here' in msg and 'reset or reboot' in msg
-
-
-def test_parse_stat_survives_names_with_spaces_and_parens():
-    raw = b'123 (a) b (c) S 1 123 123 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0'
-    assert parse_stat(raw) == ('a) b (c', 'sleeping', 1, 98765, 4194560)
-    zombie_leader = raw.replace(b' S ', b' Z ').replace(b' 20 0 1 0 ', b' 20 0 3 0 ')
-    assert parse_stat(zombie_leader)[1] == 'zombie-leader'
-    assert parse_stat(raw.replace(b' S ', b' Z '))[1] == 'zombie'

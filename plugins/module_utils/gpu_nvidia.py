@@ -1,0 +1,214 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""NVIDIA's GPU backends: everything the collection knows about NVIDIA in one file.
+
+Two implementations of gpu_vendor.GpuBackend share the NVIDIA knowledge (device nodes,
+infrastructure, reset) and differ only in how they read the GPUs: NVML through nvidia-ml-py,
+or the nvidia-smi command where the Python bindings are not installed.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+import subprocess
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
+    GpuState, NvmlTimeout, ObserveError, bounded, which)
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_vendor import GpuBackend
+
+try:
+    import pynvml
+except ImportError:  # the nvidia-smi backend, or none, is used instead
+    pynvml = None
+
+MIB = 1024 * 1024
+# NVML reports "not available" per-process memory with this sentinel (e.g. under WDDM or MIG).
+NVML_VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
+_HUNG = ('the driver is hung or busy; no process was signalled. Check `dmesg` for Xid errors; a hung '
+         'driver usually needs a GPU reset or a reboot.')
+
+
+class NvidiaBackend(GpuBackend):
+    """What holds for every NVIDIA host, whichever way the GPUs are read."""
+
+    # /dev/nvidia<minor> is one GPU; nvidiactl, nvidia-uvm, nvidia-caps/* and nvidia-modeset
+    # are shared and pin no particular GPU.
+    node_prefixes = ('nvidia',)
+    infrastructure = (
+        'nvidia-persistenced', 'nv-hostengine', 'dcgm-exporter', 'dcgmi', 'nv-fabricmanager',
+        'nvidia-fabricmanager', 'nvidia-cuda-mps-control', 'nvidia-cuda-mps-server',
+        'nvidia-device-plugin',
+    )
+    infrastructure_units = re.compile(
+        r'^(nvidia-persistenced|nvidia-fabricmanager|dcgm.*|nvidia-dcgm.*)\.service$')
+
+    def gpu_nodes(self, gpu_minor):
+        return ('%s/nvidia%d' % (self.dev_dir, gpu_minor),)
+
+    def reset_commands(self, index, persistence_mode):
+        """nvidia-smi --gpu-reset, with persistence mode off for the reset and restored."""
+        index = str(index)
+        steps = []
+        if persistence_mode:
+            steps.append(('persistence_off', ['nvidia-smi', '-pm', '0', '-i', index]))
+        steps.append(('reset', ['nvidia-smi', '--gpu-reset', '-i', index]))
+        if persistence_mode:
+            steps.append(('persistence_on', ['nvidia-smi', '-pm', '1', '-i', index]))
+        return steps
+
+
+def _mib(nbytes):
+    return int(nbytes // MIB)
+
+
+def _text(value):
+    return value.decode('utf-8', 'replace') if isinstance(value, bytes) else str(value)
+
+
+class NvmlBackend(NvidiaBackend):
+    """NVML through nvidia-ml-py (python module pynvml): the driver's own view."""
+
+    name = 'nvml'
+
+    @staticmethod
+    def available():
+        return pynvml is not None
+
+    def read_gpus(self, timeout):
+        try:
+            return bounded(self._read, timeout, 'NVML did not answer the GPU query within '
+                           'nvml_timeout=%ss: %s' % (timeout, _HUNG))
+        except pynvml.NVMLError as exc:
+            raise ObserveError('NVML failed: %s. Is the NVIDIA driver loaded (`lsmod | grep nvidia`)?'
+                               % exc)
+
+    def _read(self):
+        pynvml.nvmlInit()
+        try:
+            return [self._gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
+                    for index in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+    def _gpu(self, index, handle):
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            used_mib, reserved_mib = _mib(mem.used), _mib(mem.reserved)
+        except (pynvml.NVMLError, AttributeError):
+            # Old drivers: v1 only, where "used" includes the reserved part.
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            used_mib, reserved_mib = _mib(mem.used), 0
+        try:
+            persistence = bool(pynvml.nvmlDeviceGetPersistenceMode(handle))
+        except pynvml.NVMLError:
+            persistence = None
+        minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+        return GpuState(
+            index=index,
+            uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+            name=_text(pynvml.nvmlDeviceGetName(handle)),
+            pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+            minor=minor,
+            nodes=self.gpu_nodes(minor),
+            total_mib=_mib(mem.total),
+            used_mib=used_mib,
+            reserved_mib=reserved_mib,
+            processes=_nvml_processes(handle),
+            persistence_mode=persistence,
+        )
+
+
+def _nvml_processes(handle):
+    """Compute, graphics and MPS contexts of one GPU, as (pid, MiB or None)."""
+    seen = {}
+    for getter in ('nvmlDeviceGetComputeRunningProcesses', 'nvmlDeviceGetGraphicsRunningProcesses',
+                   'nvmlDeviceGetMPSComputeRunningProcesses'):
+        fn = getattr(pynvml, getter, None)
+        if fn is None:
+            continue
+        try:
+            entries = fn(handle)
+        except pynvml.NVMLError as exc:
+            if getter == 'nvmlDeviceGetComputeRunningProcesses':
+                raise
+            # Graphics and MPS lists are unsupported on many datacenter boards.
+            if exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                continue
+            raise
+        for entry in entries:
+            used = entry.usedGpuMemory
+            mib = None if used is None or used == NVML_VALUE_NOT_AVAILABLE else _mib(used)
+            pid = int(entry.pid)
+            if pid in seen and seen[pid] is not None and mib is not None:
+                seen[pid] += mib
+            elif pid not in seen or seen[pid] is None:
+                seen[pid] = mib
+    return sorted(seen.items())
+
+
+_SMI_GPU_FIELDS = 'index,uuid,name,pci.bus_id,memory.total,memory.used,memory.reserved,persistence_mode'
+
+
+class SmiBackend(NvidiaBackend):
+    """The nvidia-smi command, where nvidia-ml-py is not installed."""
+
+    name = 'nvidia-smi'
+    warning = 'nvidia-ml-py is not installed on this host; read the GPUs through nvidia-smi.'
+
+    @staticmethod
+    def available():
+        return which('nvidia-smi') is not None
+
+    def read_gpus(self, timeout):
+        rows = _run_smi(['--query-gpu=' + _SMI_GPU_FIELDS, '--format=csv,noheader,nounits'], timeout)
+        apps = _run_smi(['--query-compute-apps=pid,used_memory,gpu_uuid', '--format=csv,noheader,nounits'],
+                        timeout)
+        by_uuid = {}
+        for pid, used, uuid in (row[:3] for row in apps if len(row) >= 3):
+            mib = int(used) if used.strip().isdigit() else None
+            by_uuid.setdefault(uuid.strip(), []).append((int(pid), mib))
+        gpus = []
+        for row in rows:
+            index, uuid, name, bus, total, used, reserved, persistence = [c.strip() for c in row[:8]]
+            minor = _smi_minor(bus, int(index))
+            gpus.append(GpuState(
+                index=int(index), uuid=uuid, name=name, pci_bus_id=bus, minor=minor,
+                nodes=self.gpu_nodes(minor), total_mib=int(total), used_mib=int(used),
+                reserved_mib=int(reserved) if reserved.isdigit() else 0,
+                processes=sorted(by_uuid.get(uuid, [])),
+                persistence_mode=(persistence == 'Enabled') if persistence != '[N/A]' else None))
+        return gpus
+
+
+def _run_smi(args, timeout):
+    try:
+        out = subprocess.run(['nvidia-smi'] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             timeout=timeout, check=False, universal_newlines=True)
+    except subprocess.TimeoutExpired:
+        raise NvmlTimeout('nvidia-smi %s did not answer within nvml_timeout=%ss: %s'
+                          % (' '.join(args), timeout, _HUNG))
+    if out.returncode != 0:
+        raise ObserveError('nvidia-smi %s failed (rc=%d): %s'
+                           % (' '.join(args), out.returncode, (out.stderr or out.stdout).strip()))
+    return [line.split(', ') for line in out.stdout.splitlines() if line.strip()]
+
+
+def _smi_minor(pci_bus_id, index):
+    """The device minor number from the driver's proc file; nvidia-smi cannot query it."""
+    bus = pci_bus_id.lower()
+    for candidate in (bus, bus[4:]):
+        path = '/proc/driver/nvidia/gpus/%s/information' % candidate
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    if line.startswith('Device Minor'):
+                        return int(line.split(':', 1)[1])
+        except (IOError, OSError, ValueError):
+            continue
+    return index

@@ -1,0 +1,45 @@
+"""Hand-built observations (GPUs, processes, snapshots) for the pure rules and the ladder.
+
+GPUs are NVIDIA ones: their device nodes and infrastructure names come from the NVIDIA backend,
+as in a real survey.
+"""
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_nvidia import NvmlBackend
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import GpuState, ProcState, Snapshot
+
+NVIDIA = NvmlBackend('/dev')
+OWN_NS = 'pid:[4026531836]'
+
+
+def gpu(index, minor=None, used=0, processes=()):
+    minor = index if minor is None else minor
+    return GpuState(index=index, uuid='GPU-%08d-0000' % index, name='NVIDIA H200',
+                    pci_bus_id='00000000:%02X:00.0' % (0x10 + index),
+                    minor=minor, nodes=NVIDIA.gpu_nodes(minor), total_mib=97887, used_mib=used,
+                    reserved_mib=615, processes=list(processes), persistence_mode=True)
+
+
+def proc(pid, name='python3', fds=(), maps=(), state='sleeping', ppid=1, cmdline=None,
+         cgroup='0::/user.slice/session-1.scope', pidns=OWN_NS, nspid=None, kthread=False):
+    p = ProcState(pid)
+    p.start_time = 1000 + pid
+    p.name = name
+    p.cmdline = cmdline if cmdline is not None else name
+    p.state = state
+    p.ppid = ppid
+    p.cgroup = cgroup
+    p.pidns = pidns
+    p.nspid = nspid or [pid]
+    p.kthread = kthread
+    p.user = 'root'
+    p.dev_fds = set(fds)
+    p.dev_maps = set(maps)
+    return p
+
+
+def snap(gpus, procs, missing=(), own_pid=99999):
+    return Snapshot(gpus=gpus, procs=dict((p.pid, p) for p in procs), backend='nvml',
+                    own_pid=own_pid, own_pidns=OWN_NS, unreadable=[], nvml_missing_pids=list(missing),
+                    taken_at=0.0, infrastructure=NVIDIA.infrastructure)
+
+
+CTX = ('/dev/nvidia0', '/dev/nvidiactl', '/dev/nvidia-uvm')

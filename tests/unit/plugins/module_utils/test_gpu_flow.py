@@ -1,0 +1,324 @@
+"""The ladder's order of steps, driven through a scripted actor and scripted surveys.
+
+The surveys are hand-built observations; the actor is a test double that records each call
+and plays the processes' answers (exits on SIGTERM, only on SIGKILL, never). Check mode runs
+the real RecordingActor on real sleeping processes of this host, which it must not touch.
+"""
+import signal
+import subprocess
+
+import pytest
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import NvmlTimeout
+
+from .observations import CTX, NVIDIA, gpu, proc, snap
+
+NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
+UNIT = '0::/system.slice/gpuhog.service'
+
+
+def survey_of(gpus, procs, units=None, spare=(), start_times=None):
+    s = snap(gpus, procs)
+    for pid, start in (start_times or {}).items():
+        s.procs[pid].start_time = start
+    return classified(s, [g.index for g in gpus], units, spare)
+
+
+def classified(s, selected, units=None, spare=()):
+    holders, clients, unconfirmed = decide.classify(s, [], set(), units)
+    spared = [h for h in holders if h['unit'] in spare]
+    spared_pids = frozenset(h['pid'] for h in spared)
+    rows = decide.gpu_table(s, holders, selected, 128, spared_pids)
+    return Survey(s, selected, holders, clients, unconfirmed, rows,
+                  decide.diagnose(s, holders, unconfirmed, rows, spared_pids), spared)
+
+
+class ScriptedSurveyor(object):
+    """Returns the given surveys in order; an exception in the list is raised instead. After
+    the script runs out, the last survey is repeated."""
+
+    nvml_timeout = 1.0
+    own_ancestors = frozenset()
+    backend = NVIDIA
+
+    def __init__(self, *script, **kwargs):
+        self.script = list(script)
+        self.memory = kwargs.get('memory_back', False)
+        self.last = None
+
+    def survey(self, deep=False):
+        step = self.script.pop(0) if self.script else self.last
+        if isinstance(step, Exception):
+            raise step
+        self.last = step
+        return step
+
+    def without(self, survey, ended):
+        if not ended:
+            return survey
+        pids = set(pid for pid, _start in ended)
+        return classified(decide.snapshot_without(survey.snapshot, survey.holders, pids), survey.selected)
+
+    @staticmethod
+    def protected_units():
+        return set()
+
+    @staticmethod
+    def protected_containers():
+        return set()
+
+    def memory_back(self, selected, spared_pids=frozenset()):
+        return self.memory
+
+
+class ScriptedActor(object):
+    """A test double of gpu_act.HostActor: records every call; a holder exits on the signal
+    its name says ('exits-on-term', 'exits-on-kill'; anything else never exits)."""
+
+    recording = False
+
+    def __init__(self):
+        self.calls = []
+        self.gone = set()
+        self.now = 100.0
+
+    def clock(self):
+        return self.now
+
+    def stop_unit(self, unit, timeout):
+        self.calls.append(('stop_unit', unit, timeout))
+        return 'stopped in 0.10 s', True
+
+    def signal(self, holder, signum, never):
+        name = act.SIGNAL_NAMES[signum]
+        self.calls.append((name, holder['pid']))
+        if (name, holder['name']) in (('SIGTERM', 'exits-on-term'), ('SIGKILL', 'exits-on-term'),
+                                      ('SIGKILL', 'exits-on-kill')):
+            self.gone.add(holder['pid'])
+        return 'sent', True
+
+    def alive(self, holders):
+        return [h for h in holders if h['pid'] not in self.gone]
+
+    def wait_gone(self, holders, timeout):
+        self.calls.append(('wait_gone', sorted(h['pid'] for h in holders), timeout))
+        self.now += 0.25
+        return dict((h['pid'], self.now) for h in holders if h['pid'] in self.gone)
+
+    def wait_until(self, predicate, timeout):
+        self.calls.append(('wait_release', timeout))
+        return predicate(), 0.5
+
+    def run(self, argv, timeout):
+        self.calls.append(('run', ' '.join(argv)))
+        return 'ok', True
+
+    @staticmethod
+    def state_of(holder):
+        return 'disk-sleep'
+
+
+def held_by(*holders, **kwargs):
+    """GPU 0 held by the given (pid, name) processes, each charged 1000 MiB."""
+    procs = [proc(pid, name=name, fds=CTX, maps=CTX, cgroup=kwargs.get('cgroup', '0::/user.slice'))
+             for pid, name in holders]
+    return survey_of([gpu(0, used=1000 * len(holders), processes=[(pid, 1000) for pid, _name in holders])],
+                     procs, units=kwargs.get('units'), spare=kwargs.get('spare', ()))
+
+
+def free():
+    return survey_of([gpu(0)], [])
+
+
+def ladder(surveyor, actor, **kwargs):
+    kwargs.setdefault('term_timeout', 5.0)
+    kwargs.setdefault('release_timeout', 7.0)
+    return Ladder(surveyor, actor=actor, clock=actor.clock, **kwargs)
+
+
+def test_sigterm_first_and_no_sigkill_for_a_process_that_exits_on_it():
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor).run()
+    assert actor.calls == [('SIGTERM', 10), ('wait_gone', [10], 5.0), ('wait_gone', [], 5.0)]
+    assert result['free'] is True and result['changed'] is True
+    (term,) = result['actions']
+    assert (term['step'], term['target'], term['changed']) == ('sigterm', 'PID 10 (exits-on-term)', True)
+    assert term['result'] == 'exited after SIGTERM in 0.25 s'
+
+
+def test_sigkill_after_the_grace_for_a_process_that_outlives_sigterm():
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(held_by((10, 'exits-on-kill')), free()), actor).run()
+    assert actor.calls == [('SIGTERM', 10), ('wait_gone', [10], 5.0), ('SIGKILL', 10), ('wait_gone', [10], 5.0)]
+    assert [(a['step'], a['result']) for a in result['actions']] == [
+        ('sigterm', 'still running 5.00 s after SIGTERM'), ('sigkill', 'exited after SIGKILL in 0.25 s')]
+
+
+def test_a_process_that_ignores_sigterm_gets_sigkill_without_the_grace():
+    s = held_by((10, 'exits-on-kill'), (11, 'exits-on-term'))
+    s.holders[0]['ignores_sigterm'] = True
+    actor = ScriptedActor()
+    ladder(ScriptedSurveyor(s, free()), actor).run()
+    # SIGKILL to 10 comes before the wait on 11's SIGTERM: 10 never costs the grace.
+    assert actor.calls[:4] == [('SIGTERM', 10), ('SIGTERM', 11), ('SIGKILL', 10), ('wait_gone', [11], 5.0)]
+
+
+def test_force_sends_sigkill_only():
+    actor = ScriptedActor()
+    ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor, force=True).run()
+    assert actor.calls == [('SIGKILL', 10), ('wait_gone', [10], 5.0)]
+
+
+def test_a_restarting_unit_is_stopped_before_any_signal():
+    actor = ScriptedActor()
+    s = held_by((10, 'exits-on-term'), cgroup=UNIT, units={'gpuhog.service': ('always', 'active')})
+    result = ladder(ScriptedSurveyor(s, free()), actor).run()
+    assert actor.calls[0] == ('stop_unit', 'gpuhog.service', 5.0)
+    assert actor.calls[1] == ('SIGTERM', 10), 'the stop left the process alive: it is signalled'
+    assert result['actions'][0]['target'] == 'gpuhog.service'
+
+
+def test_a_spared_unit_is_neither_stopped_nor_signalled():
+    actor = ScriptedActor()
+    s = held_by((10, 'exits-on-term'), cgroup=UNIT, units={'gpuhog.service': ('always', 'active')},
+                spare=('gpuhog.service',))
+    result = ladder(ScriptedSurveyor(s), actor).run()
+    assert actor.calls == [] and result['free'] is True and [h['pid'] for h in result['spared']] == [10]
+
+
+def test_a_survivor_of_sigkill_is_reported_unreachable_then_memory_waited_for():
+    actor = ScriptedActor()
+    stuck = held_by((10, 'stuck'))
+    result = ladder(ScriptedSurveyor(stuck), actor, passes=1).run()
+    steps = [(a['step'], a['changed']) for a in result['actions']]
+    assert steps == [('sigterm', True), ('sigkill', True), ('unreachable', False), ('wait_release', False)]
+    assert 'disk-sleep' in result['actions'][2]['result']
+    assert result['free'] is False and 'PID 10' in result['msg']
+
+
+def test_a_leak_is_reset_through_the_backend_commands_only_with_allow_reset():
+    leak = survey_of([gpu(7, used=3072)], [])
+    leak.rows[0]['persistence_mode'] = True
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(leak, leak, free()), actor, allow_reset=True).run()
+    assert [c for c in actor.calls if c[0] == 'run'] == [
+        ('run', 'nvidia-smi -pm 0 -i 7'), ('run', 'nvidia-smi --gpu-reset -i 7'), ('run', 'nvidia-smi -pm 1 -i 7')]
+    assert [a['step'] for a in result['actions']] == [
+        'wait_release', 'persistence_off', 'reset', 'persistence_on', 'wait_release']
+    actor = ScriptedActor()
+    ladder(ScriptedSurveyor(leak), actor).run()
+    assert not [c for c in actor.calls if c[0] == 'run']
+
+
+@pytest.fixture
+def sleepers():
+    procs = [subprocess.Popen(['sleep', '300']) for _unused in range(2)]
+    yield procs
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_check_mode_runs_the_same_steps_and_touches_nothing(sleepers):
+    pids = [p.pid for p in sleepers]
+    starts = dict((pid, act.read_identity(pid).start_time) for pid in pids)
+
+    def wedged():
+        s = held_by((pids[0], 'exits-on-kill'), (pids[1], 'exits-on-kill'))
+        for holder in s.holders:
+            holder['start_time'] = starts[holder['pid']]
+        return s
+
+    real = ScriptedActor()
+    ladder(ScriptedSurveyor(wedged(), free()), real).run()
+    check = Ladder(ScriptedSurveyor(wedged()), term_timeout=5.0, release_timeout=7.0, check_mode=True)
+    result = check.run()
+    real_steps = [(c[0].lower(), c[1]) for c in real.calls if c[0].startswith('SIG')]
+    assert [(a['step'], a['pid']) for a in result['actions']] == real_steps
+    assert [a['result'] for a in result['actions']] == [
+        'would send SIGTERM', 'would send SIGTERM',
+        'would send SIGKILL if it outlives SIGTERM', 'would send SIGKILL if it outlives SIGTERM']
+    assert result['changed'] is True and all(a['changed'] for a in result['actions'])
+    assert 'msg' not in result and result['after'] == result['before']
+    for p in sleepers:
+        assert p.poll() is None and act.is_alive(p.pid, starts[p.pid])
+
+
+def ladder_check(surveyor, **kwargs):
+    return Ladder(surveyor, check_mode=True, **kwargs)
+
+
+def test_check_mode_plans_a_reset_only_for_memory_no_process_holds():
+    leak = survey_of([gpu(7, used=3072)], [])
+    result = ladder_check(ScriptedSurveyor(leak), allow_reset=True).run()
+    assert [(a['step'], a['result']) for a in result['actions']] == [
+        ('wait_release', 'would wait up to 60.0s for the memory'),
+        ('persistence_off', 'would run nvidia-smi -pm 0 -i 7'),
+        ('reset', 'would run nvidia-smi --gpu-reset -i 7'),
+        ('persistence_on', 'would run nvidia-smi -pm 1 -i 7'),
+        ('wait_release', 'would wait up to 60.0s for the memory')]
+
+
+def test_a_driver_that_hangs_after_the_ladder_acted_fails_with_the_actions_so_far():
+    surveyor = ScriptedSurveyor(held_by((NO_SUCH_PID, 'python3')),
+                                NvmlTimeout('NVML did not answer within nvml_timeout=1.0s.'))
+    result = Ladder(surveyor, term_timeout=0.1, release_timeout=0.1).run()
+    assert result['free'] is False
+    assert [(a['step'], a['result'], a['changed']) for a in result['actions']] == [('sigterm', 'gone', False)]
+    assert result['msg'].startswith('NVML did not answer within nvml_timeout=1.0s.')
+    assert 'taken 1 action(s) before that' in result['msg']
+
+
+def test_a_driver_that_hangs_at_the_first_look_raises_before_any_action():
+    surveyor = ScriptedSurveyor(NvmlTimeout('hung'))
+    with pytest.raises(NvmlTimeout):
+        Ladder(surveyor).run()
+
+
+def test_a_free_host_gets_no_action_and_no_change():
+    result = Ladder(ScriptedSurveyor(free())).run()
+    assert result['changed'] is False and result['actions'] == [] and result['free'] is True
+
+
+def test_signal_names_cover_the_signals_the_ladder_sends():
+    assert set(act.SIGNAL_NAMES) >= {signal.SIGTERM, signal.SIGKILL}
+
+
+CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
+
+
+def container_held(nspid=None, policy=None):
+    survey = survey_of([gpu(0, used=5000, processes=[(NO_SUCH_PID, 5000)])],
+                       [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid,
+                             cgroup='0::/machine.slice/libpod-%s.scope\n' % CID)])
+    for holder in survey.holders:
+        holder['owner'].update(name='hog', restart_policy=policy)
+    return survey
+
+
+def changing(result):
+    return [(a['step'], a.get('container'), a.get('runtime'), a['result']) for a in result['actions'] if a['changed']]
+
+
+def test_check_mode_plans_the_container_stop_before_any_signal():
+    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True).run()
+    assert changing(result) == [('stop_container', CID, 'podman', 'would stop it (grace 30.0s)')]
+    assert result['actions'][0]['step'] == 'stop_container' and result['changed'] is True
+
+
+def test_check_mode_plans_nothing_for_a_container_init_without_the_lever():
+    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True,
+                    stop_containers=False).run()
+    assert changing(result) == [] and result['changed'] is False
+
+
+def test_without_the_lever_a_restarting_container_is_not_fought():
+    result = Ladder(ScriptedSurveyor(container_held(policy='always')), check_mode=True,
+                    stop_containers=False).run()
+    assert not [a for a in result['actions'] if a['step'].startswith('sig')]
+    plain = Ladder(ScriptedSurveyor(container_held(policy=None)), check_mode=True,
+                   stop_containers=False).run()
+    assert [a['step'] for a in plain['actions'] if a['step'].startswith('sig')][:1] == ['sigterm']

@@ -1,0 +1,57 @@
+"""gpu_observe's /proc readers: named fields, typed errors (gone, access denied), on real processes."""
+import os
+import subprocess
+
+import pytest
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import parse_stat
+
+
+def test_parse_stat_survives_names_with_spaces_and_parens():
+    raw = b'123 (a) b (c) S 1 123 123 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0'
+    stat = parse_stat(raw)
+    assert (stat.comm, stat.state, stat.ppid, stat.start_time, stat.flags) == (
+        'a) b (c', 'sleeping', 1, 98765, 4194560)
+    zombie_leader = raw.replace(b' S ', b' Z ').replace(b' 20 0 1 0 ', b' 20 0 3 0 ')
+    assert parse_stat(zombie_leader).state == 'zombie-leader'
+    assert parse_stat(raw.replace(b' S ', b' Z ')).state == 'zombie'
+
+
+def test_identity_of_a_live_process_has_named_fields():
+    identity = observe.read_identity(os.getpid())
+    assert identity.state in ('running', 'sleeping') and identity.start_time > 0
+
+
+def test_a_gone_process_raises_process_gone_everywhere():
+    child = subprocess.Popen(['true'])
+    child.wait()
+    with pytest.raises(observe.ProcessGone) as err:
+        observe.read_identity(child.pid)
+    assert err.value.pid == child.pid
+    with pytest.raises(observe.ProcessGone):
+        observe.describe_process(child.pid)
+
+
+def test_a_stat_cut_short_is_a_process_that_went(tmp_path):
+    (tmp_path / '42').mkdir()
+    (tmp_path / '42' / 'stat').write_bytes(b'')
+    with pytest.raises(observe.ProcessGone):
+        observe.read_stat(42, proc=str(tmp_path))
+
+
+def test_an_access_error_is_typed_by_errno():
+    assert isinstance(observe._proc_error(PermissionError(13, 'denied'), 7, 'fd'), observe.AccessDenied)
+    assert isinstance(observe._proc_error(FileNotFoundError(2, 'gone'), 7, 'fd'), observe.ProcessGone)
+    other = observe._proc_error(OSError(5, 'EIO'), 7, 'maps')
+    assert not isinstance(other, (observe.ProcessGone, observe.AccessDenied)) and other.what == 'maps'
+
+
+def test_scan_finds_an_open_device_node_by_prefix(tmp_path):
+    node = tmp_path / 'nvidia3'
+    node.write_bytes(b'')
+    with open(str(node), 'rb'):
+        procs, unreadable = observe.scan_processes((str(tmp_path) + '/nvidia',))
+    mine = procs[os.getpid()]
+    assert mine.dev_fds == {str(node)} and mine.name and mine.start_time
+    assert all(entry[0] != os.getpid() for entry in unreadable)

@@ -1,0 +1,72 @@
+"""Every key a module returns is in its RETURN documentation, and every documented key is
+returned by some path (success, failure, check mode, an interrupted ladder)."""
+import yaml
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, survey_result
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import NvmlTimeout
+from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
+
+from ..module_utils.test_gpu_flow import (
+    ScriptedActor, ScriptedSurveyor, container_held, free, held_by, survey_of)
+from ..module_utils.observations import gpu
+
+# Ansible adds these to every result; a module documents them only where they say more.
+ANSIBLE_KEYS = {'changed', 'failed', 'invocation', 'warnings'}
+
+
+def documented(module):
+    return yaml.safe_load(module.RETURN)
+
+
+def keys_of(entries):
+    found = set()
+    for entry in entries:
+        found |= set(entry)
+    return found
+
+
+def holders_results():
+    wedged = held_by((10, 'exits-on-term'))
+    return [survey_result(wedged), survey_result(free())]
+
+
+def reclaim_results():
+    """Results of every path: free at once, freed, failed with a reset, check mode, interrupted."""
+    results = [
+        Ladder(ScriptedSurveyor(free()), actor=ScriptedActor()).run(),
+        Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor=ScriptedActor()).run(),
+        Ladder(ScriptedSurveyor(held_by((10, 'exits-on-kill'), (11, 'stuck'))), actor=ScriptedActor(),
+               passes=1, allow_reset=True).run(),
+        Ladder(ScriptedSurveyor(survey_of([gpu(7, used=3000)], [])), actor=ScriptedActor(), allow_reset=True).run(),
+        Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term'))), check_mode=True).run(),
+        Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), NvmlTimeout('hung')), actor=ScriptedActor()).run(),
+    ]
+    unit = held_by((12, 'exits-on-term'), cgroup='0::/system.slice/gpuhog.service',
+                   units={'gpuhog.service': ('always', 'active')})
+    results.append(Ladder(ScriptedSurveyor(unit, free()), actor=ScriptedActor()).run())
+    results.append(Ladder(ScriptedSurveyor(container_held(nspid=[10, 1])), check_mode=True).run())
+    guest = held_by((15, 'exits-on-term'))
+    guest.holders[0]['owner'].update(kind='guest', guest_unit='sglang.service',
+                                     cgroup='/machine.slice/machine-g1.scope/payload/system.slice/sglang.service')
+    results.append(Ladder(ScriptedSurveyor(guest, free()), actor=ScriptedActor()).run())
+    unit_stays = held_by((13, 'exits-on-kill'), (14, 'exits-on-term'))
+    results.append(Ladder(ScriptedSurveyor(unit_stays, unit_stays, free()), actor=ScriptedActor()).run())
+    return results
+
+
+def test_gpu_holders_returns_exactly_what_it_documents():
+    doc = documented(gpu_holders)
+    results = holders_results()
+    assert keys_of(results) - ANSIBLE_KEYS == set(doc) - ANSIBLE_KEYS
+    assert keys_of(row for r in results for row in r['gpus']) == set(doc['gpus']['contains'])
+    assert keys_of(h for r in results for h in r['holders']) == set(doc['holders']['contains'])
+
+
+def test_gpu_reclaim_returns_exactly_what_it_documents():
+    doc = documented(gpu_reclaim)
+    results = reclaim_results()
+    assert keys_of(results) - ANSIBLE_KEYS == set(doc) - ANSIBLE_KEYS
+    assert keys_of(a for r in results for a in r['actions']) == set(doc['actions']['contains'])
+    holder_doc = set(documented(gpu_holders)['holders']['contains'])
+    assert keys_of(h for r in results for h in r['holders'] + r['spared']) <= holder_doc
+    assert keys_of(h for r in results for h in r['remaining']) == holder_doc | {'reason'}
