@@ -20,13 +20,12 @@ from ansible.module_utils.common.collections import is_sequence
 # Filters run on the controller (Python 3 only): str is the only string type.
 string_types = (str,)
 
-ENGINES = ("sglang", "vllm")
 _KEY = re.compile(r"^(--)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Characters systemd's ExecStart parser takes literally outside quotes.
 _SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
 
 
-def _flag_name(key, engine):
+def _flag_name(key):
     if not isinstance(key, string_types) or not _KEY.match(key):
         raise AnsibleFilterError("cli_flags: bad flag name %r: use letters, digits, '_', '-', '.'" % (key,))
     if key.startswith("--"):
@@ -49,19 +48,32 @@ def _scalar(key, value):
     raise AnsibleFilterError("cli_flags: flag %r has a value of unsupported type %s: %r" % (key, type(value).__name__, value))
 
 
-def cli_flags(flags, engine="sglang", grouped=False):
+def cli_flags(flags, positional=None, grouped=False):
     """dict -> argv list. true: bare flag; false/null: omitted; list: the flag
     repeated once per item; anything else: '--flag value'. Keys are sorted so
-    that the same flags always give the same command line (no spurious restart)."""
-    if engine not in ENGINES:
-        raise AnsibleFilterError("cli_flags: unknown engine %r, expected one of %s" % (engine, ", ".join(ENGINES)))
+    that the same flags always give the same command line (no spurious restart).
+    Keys named in `positional` (the engine table's, e.g. vLLM's `model` in
+    `vllm serve MODEL`) come first, as bare values, in the order given."""
     if flags is None:
         flags = {}
     if not isinstance(flags, dict):
         raise AnsibleFilterError("cli_flags: expected a dict of flags, got %s: %r" % (type(flags).__name__, flags))
+    if positional is None:
+        positional = []
+    if not is_sequence(positional):
+        raise AnsibleFilterError("cli_flags: positional must be a list of flag names, got %r" % (positional,))
     groups = []
+    for key in positional:
+        value = flags.get(key)
+        if value is None or value is False:
+            continue
+        if value is True or is_sequence(value):
+            raise AnsibleFilterError("cli_flags: flag %r is positional: give it one value, got %r" % (key, value))
+        groups.append([_scalar(key, value)])
     for key in sorted(flags, key=str):
-        name = _flag_name(key, engine)
+        if key in positional:
+            continue
+        name = _flag_name(key)
         value = flags[key]
         if value is True:
             groups.append([name])

@@ -1,4 +1,5 @@
-"""Who listens on HOST:PORT? Prints JSON: {"port", "listening", "owners": [{pid, name, unit}]}.
+"""Who listens on HOST:PORT? Prints JSON:
+{"port", "host", "listening", "owners": [{pid, start_time, name, cmdline, unit}]}.
 
 usage: port_owner.py PORT [HOST]
 
@@ -54,9 +55,15 @@ if inodes:
                 continue
             with open("/proc/%s/comm" % pid) as f:
                 name = f.read().strip()
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmdline = f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+            with open("/proc/%s/stat" % pid) as f:
+                # field 22 (start time in clock ticks), counted after the ")" that ends comm
+                start_time = int(f.read().rsplit(")", 1)[1].split()[19])
             with open("/proc/%s/cgroup" % pid) as f:
-                units = re.findall(r"/([^/]+\.service)(?:/|$)", f.read())
-            owners.append({"pid": int(pid), "name": name, "unit": units[-1] if units else None})
+                units = re.findall(r"/([^/]+\.(?:service|scope))(?:/|$)", f.read())
+            owners.append({"pid": int(pid), "start_time": start_time, "name": name,
+                           "cmdline": cmdline or name, "unit": units[-1] if units else None})
         except OSError:
             continue  # gone meanwhile, or not ours to read
 

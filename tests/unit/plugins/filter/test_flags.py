@@ -29,7 +29,7 @@ def test_list_repeats_the_flag():
 
 
 def test_dict_value_is_compact_json():
-    assert cli_flags({"compilation_config": {"level": 3}}, engine="vllm") == ["--compilation-config", '{"level":3}']
+    assert cli_flags({"compilation_config": {"level": 3}}) == ["--compilation-config", '{"level":3}']
 
 
 def test_order_does_not_depend_on_dict_order():
@@ -56,9 +56,22 @@ def test_bad_input_names_the_bad_value(bad, needle):
         cli_flags(bad)
 
 
-def test_unknown_engine_is_named():
-    with pytest.raises(AnsibleFilterError, match="'tgi'"):
-        cli_flags({}, engine="tgi")
+def test_positional_flags_come_first_as_bare_words():
+    argv = cli_flags({"tensor_parallel_size": 2, "model": "/models/llama", "enforce_eager": True},
+                     positional=["model"])
+    assert argv == ["/models/llama", "--enforce-eager", "--tensor-parallel-size", "2"]
+    assert shlex.split(" ".join(argv))[0] == "/models/llama"
+
+
+def test_positional_flag_absent_or_false_is_left_out():
+    assert cli_flags({"tp": 1}, positional=["model"]) == ["--tp", "1"]
+    assert cli_flags({"model": None}, positional=["model"]) == []
+
+
+@pytest.mark.parametrize("bad", [True, ["a", "b"]])
+def test_positional_flag_needs_one_value(bad):
+    with pytest.raises(AnsibleFilterError, match="'model' is positional"):
+        cli_flags({"model": bad}, positional=["model"])
 
 
 def test_systemd_quote_plain_words_unchanged():
