@@ -115,7 +115,8 @@ def _wait_status(url, want, timeout=15):
 
 def test_lifecycle_term_ignored_while_loading_then_honoured(server):
     p, base = server("--mem-fraction-static", "0.93", "--enable-hierarchical-cache", "--hicache-size", "4")
-    time.sleep(0.4)
+    # Its first log line comes once it runs (handlers installed); a fixed sleep races a loaded host.
+    assert "server_args=" in p.stdout.readline()
     assert _get(base + "/health")[0] is None          # port closed while loading
     p.send_signal(signal.SIGTERM)                       # ignored: still loading
     assert _wait_status(base + "/health", 200)
