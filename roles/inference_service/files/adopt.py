@@ -122,13 +122,13 @@ def main():
              "Description", "s", "adopted by gpuops.reclaim.inference_service: " + req["scope"],
              "TimeoutStopUSec", "t", str(stop_us),
              "PIDs", "au", str(len(pinned))] + [str(p) for p in sorted(pinned)] + ["0"])
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, check=False)
     if proc.returncode != 0:
         out["error"] = "systemd refused the scope %s: %s" % (scope, proc.stderr.decode().strip())
     else:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and subprocess.run(
-                ["systemctl", "is-active", "--quiet", scope]).returncode != 0:
+                ["systemctl", "is-active", "--quiet", scope], check=False).returncode != 0:
             time.sleep(0.05)
         for pid, (start_time, fd) in pinned.items():
             st = stat_of(pid)
@@ -141,7 +141,7 @@ def main():
         if not out["error"]:
             # systemctl stop waits for the job: SIGTERM, TimeoutStopUSec, SIGKILL, all cgroup members gone.
             stop = subprocess.run(["systemctl", "stop", scope], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=float(req["stop_timeout"]) + 60)
+                                  timeout=float(req["stop_timeout"]) + 60, check=False)
             out["stopped"] = stop.returncode == 0
             if stop.returncode != 0:
                 out["error"] = "systemctl stop %s failed: %s" % (scope, stop.stderr.decode().strip())
@@ -151,7 +151,7 @@ def main():
         if not out["left"] or time.monotonic() > deadline or out["error"]:
             break
         time.sleep(0.05)
-    for _, fd in pinned.values():
+    for _start_time, fd in pinned.values():
         if fd is not None:
             os.close(fd)
     out["seconds"] = round(time.monotonic() - started, 3)

@@ -22,7 +22,7 @@ def run(argv, timeout):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", COLUMNS="200")
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=timeout, env=env)
+                              timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:
         return None, "%s did not answer within %s s" % (" ".join(argv), timeout)
     except OSError as exc:
@@ -40,7 +40,7 @@ def version_of(python, module, timeout):
     code = "from importlib.metadata import version; print(version(%r))" % module
     try:
         proc = subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, timeout=timeout)
+                              stderr=subprocess.DEVNULL, timeout=timeout, check=False)
     except (subprocess.TimeoutExpired, OSError):
         return None
     if proc.returncode != 0:

@@ -27,7 +27,7 @@ FIELDS = ("ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMain
 
 def unit_state(unit):
     out = subprocess.run(["systemctl", "show", "--no-pager"] + ["-p%s" % f for f in FIELDS] + ["--", unit],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10).stdout.decode()
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10, check=False).stdout.decode()
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     for field in ("MainPID", "NRestarts", "ExecMainStatus"):
         state[field] = int(state.get(field) or 0)
