@@ -61,7 +61,7 @@ def leaders(run_dir):
 
 def test_two_labs_up_at_once_and_one_down_leaves_the_other_answering(lab):
     first = status()
-    assert first and all(state == "answers" for _, state in first.values()), first
+    assert first and all(row[1] == "answers" for row in first.values()), first
     first_records = leaders(RUN)
     try:
         up = run_lab("up", "1", env=LAB2)
@@ -136,7 +136,7 @@ def test_inotify_count_sees_each_instance_this_process_opens():
         pytest.skip("counts root's instances; run as root")
     libc = ctypes.CDLL(None, use_errno=True)
     before = preflight.inotify_in_use(0).get(os.getpid(), 0)
-    fds = [libc.inotify_init1(os.O_CLOEXEC) for _ in range(3)]
+    fds = [libc.inotify_init1(os.O_CLOEXEC) for attempt in range(3)]
     try:
         assert all(fd >= 0 for fd in fds), ctypes.get_errno()
         assert preflight.inotify_in_use(0).get(os.getpid(), 0) == before + 3
