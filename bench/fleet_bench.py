@@ -1,7 +1,7 @@
 """Fleet benchmark: playbooks/reclaim.yml on N wedged lab hosts beside the ways people do it.
 
 usage: bench/run fleet [--hosts N] [--reps R] [--methods reclaim.yml,module,fuser,ping,check]
-                       [--keep]
+                       [--before REF] [--keep]
 
 Boots N lab hosts in a private lab (LAB_STATE/LAB_RUN/LAB_ADDR_BASE from the environment,
 else /var/lib/gpuops-lab-bench, /run/gpuops-lab-bench, base 200), wedges every host like the
@@ -15,6 +15,9 @@ times, alternating, with forks = N:
   ping         ansible gpu_nodes -m ping (the floor: Ansible reaching every host)
   check        ansible-playbook playbooks/reclaim.yml --check --diff on converged hosts
                (GPUs free, monitor running): the scheduled drift check
+  --before REF adds reclaim.yml@REF and check@REF: the same two runs with the playbook,
+               roles and modules of git commit REF (git archive into a temporary collection
+               tree), so a change is measured against what it replaced in the same run
 
 Wall time and controller CPU (user + system of the command and everything it forked and
 reaped, from wait4) per run; after every run, whether each host ended free with its monitor
@@ -24,6 +27,7 @@ bench/results/fleet-N.json. Never fails on a time.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,16 +57,36 @@ def ansible_env(forks, extra=None):
     return env
 
 
-def commands(inventory):
+def commands(inventory, before=None):
+    """method -> (argv, extra environment)."""
     adhoc = [os.path.join(VENV_BIN, "ansible"), "gpu_nodes", "-i", inventory]
     playbook = [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", inventory]
-    return {
-        "reclaim.yml": playbook,
-        "module": adhoc + ["-m", "gpuops.reclaim.gpu_reclaim"],
-        "fuser": adhoc + ["-m", "ansible.builtin.shell", "-a", BLIND],
-        "ping": adhoc + ["-m", "ansible.builtin.ping"],
-        "check": playbook + ["--check", "--diff"],
+    cmds = {
+        "reclaim.yml": (playbook, {}),
+        "module": (adhoc + ["-m", "gpuops.reclaim.gpu_reclaim"], {}),
+        "fuser": (adhoc + ["-m", "ansible.builtin.shell", "-a", BLIND], {}),
+        "ping": (adhoc + ["-m", "ansible.builtin.ping"], {}),
+        "check": (playbook + ["--check", "--diff"], {}),
     }
+    if before:
+        ref, tree = before
+        old = [os.path.join(VENV_BIN, "ansible-playbook"), os.path.join(tree, "playbooks", "reclaim.yml"), "-i", inventory]
+        env = {"ANSIBLE_COLLECTIONS_PATH": os.path.dirname(os.path.dirname(os.path.dirname(tree)))}
+        cmds["reclaim.yml@" + ref] = (old, env)
+        cmds["check@" + ref] = (old + ["--check", "--diff"], env)
+    return cmds
+
+
+def collection_at(ref, parent):
+    """The collection's playbooks, roles, plugins and metadata as of git commit REF."""
+    tree = os.path.join(parent, "ansible_collections", "gpuops", "reclaim")
+    os.makedirs(tree)
+    archive = subprocess.run(["git", "-C", bl.REPO, "archive", ref, "galaxy.yml", "meta", "plugins", "roles",
+                              "playbooks"], capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise SystemExit("--before %s: git archive failed: %s" % (ref, archive.stderr.decode()))
+    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    return tree
 
 
 def timed(argv, env, log):
@@ -126,6 +150,7 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--keep", action="store_true", help="leave the lab hosts up afterwards")
+    parser.add_argument("--before", metavar="REF", help="also time reclaim.yml and check as of git commit REF")
     args = parser.parse_args()
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
@@ -138,9 +163,12 @@ def main():
 
     bl.log("lab up %d (LAB_STATE=%s LAB_ADDR_BASE=%s)" % (args.hosts, os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"]))
     inventory = lab("up", str(args.hosts)).strip().splitlines()[-1]
-    cmds = commands(inventory)
-    samples = {m: [] for m in methods}
     logdir = tempfile.mkdtemp(prefix="bench-fleet-")
+    before = (args.before, collection_at(args.before, logdir)) if args.before else None
+    cmds = commands(inventory, before)
+    if before:
+        methods += ["reclaim.yml@" + args.before, "check@" + args.before]
+    samples = {m: [] for m in methods}
     try:
         on_nodes(inventory, args.hosts, "converged")
         # One untimed round first: SSH control masters and the controller's caches warm.
@@ -148,22 +176,24 @@ def main():
         for rep in range(args.reps):   # rotate the order each rep so no method always runs first
             schedule += [(m, False) for m in methods[rep % len(methods):] + methods[:rep % len(methods)]]
         for method, warm in schedule:
-            prepare = "wedge" if method in RECLAIMING else "converged" if method == "check" else None
+            kind = method.split("@")[0]
+            prepare = "wedge" if kind in RECLAIMING else "converged" if kind == "check" else None
             if prepare:
                 on_nodes(inventory, args.hosts, prepare)
             log_path = os.path.join(logdir, "%s-%d.log" % (method, len(samples[method])))
             with open(log_path, "w") as log:
-                wall, cpu, rc = timed(cmds[method], ansible_env(args.hosts), log)
+                argv, extra_env = cmds[method]
+                wall, cpu, rc = timed(argv, ansible_env(args.hosts, extra_env), log)
             sample = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "rc": rc}
             if prepare:
                 state = end_state(inventory, args.hosts)
                 sample.update(free=state["free"], monitor_alive=state["monitor_alive"])
-                if method == "check":
+                if kind == "check":
                     sample["changed_hosts"] = recap_changed(log_path)
             if warm:
                 sample["warm"] = True
             samples[method].append(sample)
-            bl.log("%-11s %6.2f s wall %6.2f s cpu rc %d %s" % (
+            bl.log("%-18s %6.2f s wall %6.2f s cpu rc %d %s" % (
                 method, wall, cpu, rc, "" if not prepare else "free %d/%d monitor %d/%d%s" % (
                     sample["free"], args.hosts, sample["monitor_alive"], args.hosts,
                     " changed on %s" % sample["changed_hosts"] if sample.get("changed_hosts") else "")))
@@ -173,6 +203,7 @@ def main():
     finally:
         if not args.keep:
             lab("down")
+        shutil.rmtree(logdir, ignore_errors=True)
     report(args, methods, samples)
 
 
@@ -182,16 +213,17 @@ def report(args, methods, samples):
     cpu = {m: statistics.median(s["cpu_s"] for s in timed_samples[m]) for m in methods}
     print("\nFleet: %d hosts, forks %d, %d reps after one warm-up round, alternating; medians"
           % (args.hosts, args.hosts, args.reps))
-    print("%-12s %8s %8s %8s %12s %s" % ("method", "wall s", "vs fuser", "vs ping", "cpu s/host", "end state (every rep)"))
+    print("%-18s %8s %8s %8s %12s %s" % ("method", "wall s", "vs fuser", "vs ping", "cpu s/host", "end state (every rep)"))
     for m in methods:
         state = ""
-        if m in RECLAIMING or m == "check":
+        kind = m.split("@")[0]
+        if kind in RECLAIMING or kind == "check":
             runs = timed_samples[m]
             state = "free %s, monitor alive %s" % (
                 "/".join(str(s["free"]) for s in runs), "/".join(str(s["monitor_alive"]) for s in runs))
-            if m == "check":
+            if kind == "check":
                 state += ", changed hosts %s" % "/".join(str(len(s["changed_hosts"])) for s in runs)
-        print("%-12s %8.2f %8s %8s %12.3f %s" % (
+        print("%-18s %8.2f %8s %8s %12.3f %s" % (
             m, med[m], "%.2fx" % (med[m] / med["fuser"]) if "fuser" in med else "-",
             "%.2fx" % (med[m] / med["ping"]) if "ping" in med else "-", cpu[m] / args.hosts, state))
     path = bl.write_json("fleet-%d.json" % args.hosts, {

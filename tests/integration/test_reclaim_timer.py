@@ -22,7 +22,7 @@ from .conftest import REPO, VENV_BIN, ansible_env
 ANSIBLE_LIB = "/opt/gpuops-test-ansible"
 NODE_BIN = ANSIBLE_LIB + "/bin"
 COLLECTION = "/usr/share/ansible/collections/ansible_collections/gpuops/reclaim"
-LOCK = "/run/lock/gpuops-reclaim.lock"
+LOCK = "/run/lock/gpuops-reclaim-run.lock"
 SUMMARY = "/var/lib/gpuops-reclaim/last-run.json"
 # Packages ansible-core needs at run time (its Requires-Dist less cryptography, which only
 # vault and some connection plugins import).

@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.reclaim maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gpus_free role's before/after table, from one gpu_reclaim result.
+
+A filter, not a Jinja template: on a fleet the report runs once per host, and the same
+table built in Jinja cost the controller about ten times more (bench/run fleet).
+Docs in the sidecar gpu_report.yml.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+
+def _holder_names(holders):
+    """PID -> 'name/unit [protected]', from the survey made before acting (after it they are gone)."""
+    names = {}
+    for holder in holders or []:
+        word = (holder.get('cmdline') or '').split(' ')[0]
+        name = word if word.startswith(holder.get('name') or '') and word else holder.get('name')
+        unit = holder.get('unit')
+        names[holder.get('pid')] = '%s%s%s' % (name, '/' + unit if unit else '',
+                                              ' [protected]' if holder.get('protected') else '')
+    return names
+
+
+def _action_line(action):
+    target = action.get('pid', action.get('unit', action.get('gpu', '')))
+    return '  %6.2fs %s %s %s: %s' % (float(action.get('at_s') or 0), action.get('step', '?'), target,
+                                      action.get('name', ''), action.get('result', ''))
+
+
+def gpu_report(result, title=None, check_mode=False):
+    """Lines: a title, one line per GPU (before -> after, holders by name), one per action."""
+    if not isinstance(result, dict):
+        raise AnsibleFilterError('gpu_report: expected a gpu_reclaim result (a dict), got %s' % type(result).__name__)
+    before = result.get('before') or []
+    after = {} if check_mode else dict((row.get('index'), row) for row in result.get('after') or [])
+    actions = result.get('actions') or []
+    if title is None:
+        if all(row.get('free') for row in before) and not actions:
+            title = 'GPUs already free, nothing to do'
+        elif check_mode:
+            title = 'Reclaim plan (check mode, nothing signalled)'
+        elif result.get('failed'):
+            title = 'GPUs NOT freed'
+        else:
+            title = 'GPUs reclaimed'
+    elapsed = result.get('elapsed_s')
+    lines = ['== %s%s ==' % (title, '' if check_mode or elapsed is None else ' in %s s' % elapsed)]
+    names = _holder_names(result.get('holders'))
+    for row in before:
+        line = 'GPU %s: %s/%s MiB' % (row.get('index'), row.get('memory_used_mib'), row.get('memory_total_mib'))
+        end = after.get(row.get('index'))
+        if end is not None:
+            line += ' -> %s MiB %s' % (end.get('memory_used_mib'), 'free' if end.get('free') else 'STILL HELD')
+        else:
+            line += ' free' if row.get('free') else ' held'
+        if row.get('holders'):
+            line += '  holders: ' + ' '.join('%s(%s)' % (pid, names.get(pid, '?')) for pid in row['holders'])
+        lines.append(line)
+    lines.extend(_action_line(action) for action in actions)
+    return lines
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'gpu_report': gpu_report}

@@ -1,0 +1,92 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: reclaim_summary
+short_description: Write the JSON summary of a reclaim.yml run on the controller
+version_added: "0.1.0"
+description:
+  - Used by C(playbooks/reclaim.yml) once per run. Runs on the controller (an action plugin): reads each
+    host's C(gpus_free_result), C(inference_service_*) variables and recorded failure, and writes one JSON file.
+  - "Per host: C(status) (ok, failed, no result (unreachable)), C(changed), C(gpus_before) and C(gpus_after)
+    (index, memory_used_mib, memory_total_mib, free, holders), C(reclaim_elapsed_s), C(actions) (with C(at_s)),
+    C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens) and C(failure) (stage, task, msg)."
+  - Top level; C(check_mode), C(started), C(finished), C(server_batches_with_failures) (the rollout batches
+    that had a failure; when one stopped the rollout, later batches were not converged).
+author:
+  - gpuops.reclaim maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Writes the summary in check mode too; it is the drift report.
+  diff_mode:
+    support: none
+    description: Nothing on a host changes.
+options:
+  path:
+    description: The file to write (on the controller), replaced atomically.
+    type: path
+    required: true
+  hosts:
+    description: The hosts of the run.
+    type: list
+    elements: str
+    required: true
+  started:
+    description: When the run started, recorded as is.
+    type: str
+  check_mode:
+    description: Whether the run was in check mode, recorded as is.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Write the run's summary
+  gpuops.reclaim.reclaim_summary:
+    path: /var/lib/gpuops-reclaim/last-run.json
+    hosts: "{{ ansible_play_hosts_all }}"
+    check_mode: "{{ ansible_check_mode }}"
+  run_once: true
+"""
+
+RETURN = r"""
+path:
+  description: The file written.
+  returned: always
+  type: str
+hosts:
+  description: How many hosts it covers.
+  returned: always
+  type: int
+failed_hosts:
+  description: Hosts whose status is not ok.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(path=dict(type='path', required=True),
+                           hosts=dict(type='list', elements='str', required=True),
+                           started=dict(type='str'),
+                           check_mode=dict(type='bool', default=False)),
+        supports_check_mode=True,
+    )
+    module.fail_json(msg='reclaim_summary runs on the controller through its action plugin; '
+                         'this module file only documents it')
+
+
+if __name__ == '__main__':
+    main()
