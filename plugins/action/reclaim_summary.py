@@ -52,7 +52,7 @@ def host_record(host):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(('path', 'hosts', 'started', 'check_mode'))
+    _VALID_ARGS = frozenset(('path', 'hosts', 'check_mode'))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -72,7 +72,6 @@ class ActionModule(ActionBase):
         summary = {
             'playbook': 'gpuops.reclaim.reclaim',
             'check_mode': bool(args.get('check_mode')),
-            'started': args.get('started'),
             'finished': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'),
             'server_batches_with_failures': failed_batches,
             'hosts': records,

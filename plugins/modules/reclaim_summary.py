@@ -18,7 +18,7 @@ description:
   - "Per host: C(status) (ok, failed, no result (unreachable)), C(changed), C(gpus_before) and C(gpus_after)
     (index, memory_used_mib, memory_total_mib, free, holders), C(reclaim_elapsed_s), C(actions) (with C(at_s)),
     C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens) and C(failure) (stage, task, msg)."
-  - Top level; C(check_mode), C(started), C(finished), C(server_batches_with_failures) (the rollout batches
+  - Top level; C(check_mode), C(finished) (when the summary was written), C(server_batches_with_failures) (the rollout batches
     that had a failure; when one stopped the rollout, later batches were not converged).
 author:
   - gpuops.reclaim maintainers (@gpuops)
@@ -39,9 +39,6 @@ options:
     type: list
     elements: str
     required: true
-  started:
-    description: When the run started, recorded as is.
-    type: str
   check_mode:
     description: Whether the run was in check mode, recorded as is.
     type: bool
@@ -80,7 +77,6 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(path=dict(type='path', required=True),
                            hosts=dict(type='list', elements='str', required=True),
-                           started=dict(type='str'),
                            check_mode=dict(type='bool', default=False)),
         supports_check_mode=True,
     )

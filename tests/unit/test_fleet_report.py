@@ -1,0 +1,59 @@
+"""The gpus_free report lines (filter gpu_report) and the run summary records (action
+reclaim_summary): pure functions over gpu_reclaim results and host variables."""
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record
+from ansible_collections.gpuops.reclaim.plugins.filter.gpu_report import gpu_report
+
+ROW = {"index": 2, "memory_used_mib": 76000, "memory_total_mib": 81920, "free": False, "holders": [194909],
+       "uuid": "GPU-x", "handles": []}
+RESULT = {
+    "changed": True, "elapsed_s": 0.21,
+    "before": [ROW], "after": [dict(ROW, memory_used_mib=0, free=True, holders=[])],
+    "holders": [{"pid": 194909, "name": "sglang::schedul", "cmdline": "sglang::scheduler_TP2", "unit": None,
+                 "protected": False}],
+    "actions": [{"at_s": 0.012, "step": "sigterm", "pid": 194909, "name": "sglang::schedul",
+                 "result": "exited after SIGTERM in 0.12 s"}],
+    "remaining": [],
+}
+
+
+def test_report_says_before_after_holder_by_name_and_what_each_action_did():
+    lines = gpu_report(RESULT)
+    assert lines[0] == "== GPUs reclaimed in 0.21 s =="
+    assert lines[1] == "GPU 2: 76000/81920 MiB -> 0 MiB free  holders: 194909(sglang::scheduler_TP2)"
+    # The line the demo's log parser reads: time, step, target, name, result.
+    assert lines[2] == "    0.01s sigterm 194909 sglang::schedul: exited after SIGTERM in 0.12 s"
+
+
+def test_report_of_free_gpus_and_of_a_plan():
+    free = dict(RESULT, before=[dict(ROW, free=True, holders=[], memory_used_mib=0)], actions=[])
+    assert gpu_report(free, check_mode=True)[0] == "== GPUs already free, nothing to do =="
+    plan = gpu_report(dict(RESULT, actions=[dict(RESULT["actions"][0], result="planned")]), check_mode=True)
+    assert plan[0] == "== Reclaim plan (check mode, nothing signalled) =="
+    assert plan[1].endswith("held  holders: 194909(sglang::scheduler_TP2)"), "check mode shows no after column"
+
+
+def test_report_refuses_what_is_not_a_result():
+    with pytest.raises(AnsibleFilterError, match="expected a gpu_reclaim result"):
+        gpu_report(["GPU 2"])
+
+
+def test_summary_record_of_a_freed_host_without_server():
+    record = host_record({"gpus_free_result": RESULT})
+    assert record["status"] == "ok" and record["changed"] is True and record["server"] is None
+    assert record["gpus_before"] == [{"index": 2, "memory_used_mib": 76000, "memory_total_mib": 81920,
+                                      "free": False, "holders": [194909]}]
+    assert record["gpus_after"][0]["free"] is True
+    assert record["actions"][0]["at_s"] == 0.012
+
+
+def test_summary_record_of_a_failed_server_and_of_an_unreachable_host():
+    failure = {"stage": "restart", "task": "Check the role's inputs", "msg": "bad input: port=70000"}
+    record = host_record({"gpus_free_result": dict(RESULT, changed=False), "reclaim__failure": failure,
+                          "inference_service_name": "sglang", "inference_service_flags": {"tp_size": 8},
+                          "inference_service_info": {"max_total_num_tokens": 116000}})
+    assert record["status"] == "failed" and record["failure"] == failure
+    assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000}
+    assert host_record({})["status"] == "no result (unreachable)"
