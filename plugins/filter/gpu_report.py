@@ -22,8 +22,8 @@ def _holder_names(holders):
         word = (holder.get('cmdline') or '').split(' ')[0]
         name = word if word.startswith(holder.get('name') or '') and word else holder.get('name')
         unit = holder.get('unit')
-        names[holder.get('pid')] = '%s%s%s' % (name, '/' + unit if unit else '',
-                                              ' [protected]' if holder.get('protected') else '')
+        suffix = ('/' + unit if unit else '') + (' [protected]' if holder.get('protected') else '')
+        names[holder.get('pid')] = '%s%s' % (name, suffix)
     return names
 
 
