@@ -1,9 +1,7 @@
-"""The gpus_free report lines (filter gpu_report) and the run summary records (action
-reclaim_summary): pure functions over gpu_reclaim results and host variables."""
+"""The gpus_free report lines (filter gpu_report): pure function over a gpu_reclaim result."""
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record
 from ansible_collections.gpuops.reclaim.plugins.filter.gpu_report import gpu_report
 
 ROW = {"index": 2, "memory_used_mib": 76000, "memory_total_mib": 81920, "free": False, "holders": [194909],
@@ -38,22 +36,3 @@ def test_report_of_free_gpus_and_of_a_plan():
 def test_report_refuses_what_is_not_a_result():
     with pytest.raises(AnsibleFilterError, match="expected a gpu_reclaim result"):
         gpu_report(["GPU 2"])
-
-
-def test_summary_record_of_a_freed_host_without_server():
-    record = host_record({"gpus_free_result": RESULT})
-    assert record["status"] == "ok" and record["changed"] is True and record["server"] is None
-    assert record["gpus_before"] == [{"index": 2, "memory_used_mib": 76000, "memory_total_mib": 81920,
-                                      "free": False, "holders": [194909]}]
-    assert record["gpus_after"][0]["free"] is True
-    assert record["actions"][0]["at_s"] == 0.012
-
-
-def test_summary_record_of_a_failed_server_and_of_an_unreachable_host():
-    failure = {"stage": "restart", "task": "Check the role's inputs", "msg": "bad input: port=70000"}
-    record = host_record({"gpus_free_result": dict(RESULT, changed=False), "reclaim__failure": failure,
-                          "inference_service_name": "sglang", "inference_service_flags": {"tp_size": 8},
-                          "inference_service_info": {"max_total_num_tokens": 116000}})
-    assert record["status"] == "failed" and record["failure"] == failure
-    assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000}
-    assert host_record({})["status"] == "no result (unreachable)"
