@@ -28,7 +28,7 @@ def _holder_names(holders):
 
 
 def _action_line(action):
-    target = action.get('pid', action.get('unit', action.get('gpu', '')))
+    target = action.get('pid', action.get('unit', action.get('gpu', action.get('target', ''))))
     return '  %6.2fs %s %s %s: %s' % (float(action.get('at_s') or 0), action.get('step', '?'), target,
                                       action.get('name', ''), action.get('result', ''))
 
