@@ -13,12 +13,12 @@ module: reclaim_summary
 short_description: Write the JSON summary of a reclaim.yml run on the controller
 version_added: "0.1.0"
 description:
-  - Used by C(playbooks/reclaim.yml) once per run. Runs on the controller (an action plugin): reads each
-    host's C(gpus_free_result), C(inference_service_*) variables and recorded failure, and writes one JSON file.
+  - Used by C(playbooks/reclaim.yml) once per run. Runs on the controller (an action plugin). It reads the
+    C(gpus_free_result), C(inference_service_*) variables and recorded failure of each host, and writes one JSON file.
   - "Per host: C(status) (ok, failed, no result (unreachable)), C(changed), C(gpus_before) and C(gpus_after)
     (index, memory_used_mib, memory_total_mib, free, holders), C(reclaim_elapsed_s), C(actions) (with C(at_s)),
     C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens) and C(failure) (stage, task, msg)."
-  - Top level; C(check_mode), C(finished) (when the summary was written), C(server_batches_with_failures) (the rollout batches
+  - At the top level, C(check_mode), C(finished) (when the summary was written), C(server_batches_with_failures) (the rollout batches
     that had a failure; when one stopped the rollout, later batches were not converged).
 author:
   - gpuops.reclaim maintainers (@gpuops)
