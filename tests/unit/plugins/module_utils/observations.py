@@ -3,6 +3,10 @@
 GPUs are NVIDIA ones: their device nodes and infrastructure names come from the NVIDIA backend,
 as in a real survey.
 """
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_nvidia import NvmlBackend
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import GpuState, ProcState, Snapshot
 

@@ -1,4 +1,8 @@
 """gpu_access: does this module see every process (CAP_SYS_PTRACE, hidepid)?"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import os
 import subprocess
 import sys

@@ -1,4 +1,8 @@
 """gpu_act's safety rules, on real processes of this host."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import os
 import signal
 import subprocess

@@ -1,4 +1,8 @@
 """Pure decision rules of gpu_decide, driven with hand-built observations (no processes)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import re
 
 import pytest

@@ -4,6 +4,10 @@ The surveys are hand-built observations; the actor is a test double that records
 and plays the processes' answers (exits on SIGTERM, only on SIGKILL, never). Check mode runs
 the real RecordingActor on real sleeping processes of this host, which it must not touch.
 """
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import signal
 import subprocess
 

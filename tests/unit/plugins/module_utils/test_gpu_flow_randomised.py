@@ -5,6 +5,10 @@ are missing here (the lab tests cover those). Hypothesis draws process trees, na
 handling and GPU selections; afterwards nothing protected or out of scope was signalled and
 every selected GPU is free or explained.
 """
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import json
 import os
 import subprocess

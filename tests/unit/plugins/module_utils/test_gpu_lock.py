@@ -1,4 +1,8 @@
 """gpu_lock: one gpu_reclaim per host; the second waits (bounded) and says for whom."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import os
 import subprocess
 import sys

@@ -1,4 +1,8 @@
 """gpu_observe's /proc readers: named fields, typed errors (gone, access denied), on real processes."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import os
 import subprocess
 

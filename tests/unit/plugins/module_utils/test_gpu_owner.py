@@ -5,6 +5,9 @@ public write-up quoting a real host, or this project's lab (podman 4.3.1 in a la
 Container ids are 64 hex digits as the runtimes make them; pod UIDs are RFC 4122 UUIDs.
 """
 
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import json
 
 import pytest

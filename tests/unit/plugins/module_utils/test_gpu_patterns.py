@@ -1,4 +1,8 @@
 """gpu_patterns: user regexes searched in a forked child, each search bounded in time."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import os
 import time
 

@@ -1,4 +1,8 @@
 """gpu_peers: memory charged to nobody on a GPU that a process with a context elsewhere maps."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
 
 

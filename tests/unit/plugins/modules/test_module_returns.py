@@ -1,5 +1,9 @@
 """Every key a module returns is in its RETURN documentation, and every documented key is
 returned by some path (success, failure, check mode, an interrupted ladder)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
 import yaml
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, survey_result
