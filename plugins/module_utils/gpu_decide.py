@@ -188,27 +188,30 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         evidence = _holdings(proc, node_to_index, listed)
         if not evidence:
             if touches_device:
-                clients.append(_describe(proc, snapshot, [], {}, set(), 'client', protect_patterns,
-                                         own_tree, units, []))
+                clients.append(describe(proc, snapshot, [], {}, set(), 'client', protect_patterns,
+                                        own_tree, units, []))
             continue
         context_gpus = context_gpus_of(evidence, listed, orphaned)
         kind = 'context' if context_gpus else 'handle'
         all_evidence = set()
         for ev in evidence.values():
             all_evidence |= ev
-        holders.append(_describe(proc, snapshot, sorted(evidence), listed, all_evidence, kind,
-                                 protect_patterns, own_tree, units, context_gpus))
+        holders.append(describe(proc, snapshot, sorted(evidence), listed, all_evidence, kind,
+                                protect_patterns, own_tree, units, context_gpus))
     return holders, clients, unconfirmed
 
 
-def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus):
+def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus):
+    """The holder dict of one process (the shape gpu_holders returns)."""
     owner = gpu_owner.owner_from_cgroup(proc.cgroup)
     reason = protection_reason(proc, own_tree, patterns, owner, snapshot.infrastructure)
     unit = owner['unit']
     restart, active = units.get(unit, (None, None)) if unit else (None, None)
     other_ns = bool(snapshot.own_pidns and proc.pidns and proc.pidns != snapshot.own_pidns)
     parent = snapshot.procs.get(proc.ppid)
-    parent_name = parent.name if parent else snapshot.parent_names.get(proc.ppid)
+    parent_name = parent.name if parent else snapshot.related_names.get(proc.ppid)
+    tracer = snapshot.procs.get(proc.tracer_pid)
+    tracer_name = tracer.name if tracer else snapshot.related_names.get(proc.tracer_pid)
     return {
         'pid': proc.pid,
         'start_time': proc.start_time,
@@ -230,6 +233,8 @@ def _describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, 
         'other_pid_namespace': other_ns,
         'owner': owner,
         'ignores_sigterm': proc.ignores_sigterm,
+        'tracer_pid': proc.tracer_pid,
+        'tracer_name': tracer_name if proc.tracer_pid else None,
         'protected': reason is not None,
         'protected_reason': reason,
     }
@@ -393,6 +398,17 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset()):
                 '%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; '
                 'stop or restart that parent.'
                 % (_who(holder), holder['ppid'], holder['parent_name'] or 'unknown'))
+        elif holder['tracer_pid']:
+            sentences.append(
+                '%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; '
+                'SIGKILL still ends it (gpu_reclaim sends it without waiting out the grace when it is '
+                'stopped), or detach the tracer.'
+                % (_who(holder), holder['tracer_pid'], holder['tracer_name'] or 'unknown',
+                   ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
+        elif holder['state'] == 'stopped':
+            sentences.append(
+                '%s is stopped (SIGSTOP, state T): it acts on SIGTERM only once continued; gpu_reclaim '
+                'sends SIGCONT right after SIGTERM.' % _who(holder))
         elif holder['state'] == 'zombie-leader':
             sentences.append(
                 '%s is a zombie leader: its main thread exited while its other threads still hold '
@@ -473,6 +489,36 @@ def containers_to_stop(holders, selected, match_patterns, protected_ids=frozense
         if all(c['id'] != container['id'] for c in found):
             found.append(container)
     return found
+
+
+def sigterm_futile(holder):
+    """Why SIGTERM cannot end this holder (so SIGKILL follows at once), or None."""
+    if holder['ignores_sigterm']:
+        return 'ignored (SigIgn)'
+    if holder['state'] == 'tracing-stop':
+        return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
+                'tracer lets it go' % (holder['tracer_pid'], holder['tracer_name'] or 'unknown'))
+    return None
+
+
+def respawner_lever(parent, match_patterns, holds_gpu):
+    """Why the live parent that respawned ended holders may not be made the target, or None
+    when it may: it matches `match` when that is given, else it holds no GPU itself; never
+    when it is protected."""
+    if parent['protected']:
+        return 'it is protected (%s)' % parent['protected_reason']
+    if match_patterns:
+        return None if holder_matches(parent, match_patterns) else 'it does not match `match`'
+    if holds_gpu:
+        return 'it holds a GPU itself'
+    return None
+
+
+def respawn_message(parent):
+    """The failure sentence for a parent that keeps respawning holders and was not ended."""
+    return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; stop it yourself, or '
+            'run again with `match` covering it.'
+            % (parent['pid'], parent['name'], parent['cmdline'], parent['respawned'], parent['reason']))
 
 
 def units_to_stop(targets, protected_units, vendor_units=None):
@@ -588,9 +634,10 @@ def next_lever(holder):
     return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
 
 
-def failure_message(rows, remaining, elapsed_s, allow_reset):
-    """One actionable sentence per GPU that is still not free."""
-    parts = []
+def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=()):
+    """One actionable sentence per GPU that is still not free, and one per parent that keeps
+    respawning holders."""
+    parts = [respawn_message(parent) for parent in respawners]
     for row in rows:
         if row['free']:
             continue

@@ -47,6 +47,18 @@ RECLAIM_ARGUMENT_SPEC = dict(
 )
 
 
+# After the last signal, how long the ladder watches the live parents of the processes it
+# ended for a respawn (a new child with the same command line) before it calls the GPUs free.
+# Measured on a lab node (5 kills each): a `while true; do holder; sleep 0.2; done` bash loop
+# forks the new holder 0.21-0.24 s after the old one is killed, a Python supervisor loop
+# (subprocess.call, time.sleep(0.2)) 0.21-0.22 s; the window is 4x that, for loaded hosts.
+# It is only spent while such a parent lives (not for orphans of PID 1, nor units).
+SETTLE_S = 1.0
+# How long memory that no visible process holds, on a GPU the ladder ended nothing on, is
+# watched for falling before waiting for it is given up (a leak or a holder out of sight).
+FALLING_S = 1.0
+
+
 def _default(name):
     spec = SURVEY_ARGUMENT_SPEC.get(name) or RECLAIM_ARGUMENT_SPEC[name]
     return spec['default']
@@ -205,6 +217,28 @@ class Surveyor(object):
                 units[unit] = observe.unit_restart_policy(unit)
         return units
 
+    def describe(self, pid, snapshot):
+        """The holder-shaped dict of any process (a respawning parent, its new child); raises
+        gpu_observe.ProcessGone."""
+        proc = observe.describe_process(pid, self.proc)
+        return decide.describe(proc, snapshot, [], {}, set(), 'respawner', self.protect,
+                               self.own_ancestors, {}, [])
+
+    def children(self, pid):
+        return observe.children_of(pid, self.proc)
+
+    def identity(self, pid):
+        """Identity of a process, or None when it is gone."""
+        try:
+            return observe.read_identity(pid, self.proc)
+        except observe.ProcessGone:
+            return None
+
+    def used_mib(self, indices, spared_pids=frozenset()):
+        """Used MiB per GPU index, less what the spared processes hold: the driver only."""
+        return dict((g.index, g.used_mib - decide.spared_mib(g, spared_pids))
+                    for g in self.backend.read_gpus(self.nvml_timeout) if g.index in indices)
+
     def memory_back(self, selected, spared_pids=frozenset()):
         """Cheap check used while waiting: the driver's memory only, no /proc scan."""
         gpus = self.backend.read_gpus(self.nvml_timeout)
@@ -289,6 +323,11 @@ class Ladder(object):
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
         self.stopped_containers = set()   # (runtime, id) already stopped: never twice
         self.respawning_guest_units = set()   # (guest cgroup, unit) seen restarting what was killed
+        self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
+        self.unreachable = set()  # PIDs alive after SIGKILL
+        self.watched = {}         # live parent PID -> what it had when its children were ended
+        self.respawn_targets = []  # respawning parents (and their new children) to end next
+        self.respawners = []      # respawning parents this run may not end: the failure names them
 
     def _record(self, action, since=None):
         now = self.clock()
@@ -327,20 +366,26 @@ class Ladder(object):
                 current = self._look()
                 if current.free:
                     break
-            targets = self._targets(current)
-            targets = [t for t in targets if (t['pid'], t['start_time']) not in self.killed]
-            if not targets:
+            targets = self._targets(current) + self.respawn_targets
+            self.respawn_targets = []
+            targets = _unique([t for t in targets if (t['pid'], t['start_time']) not in self.killed])
+            if not targets or self.respawners:
                 break
             if attempt > 0:
                 self._record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
                                         'found %d holder(s) left or new' % len(targets), False,
                                         pids=[t['pid'] for t in targets]))
+            self._watch_parents(targets)
             self._escalate(targets, protected_units)
             current = self._look()
             if current.free:
                 current = self._watch_guest_respawn(targets, current)
-            if current.free:
+            if self._respawned(current) or not current.free:
+                continue
+            if not self._settle(current):
                 break
+            current = self._look()
+        self._give_up_respawns()
         if not current.free:
             current = self._wait_release(current)
         if not current.free and self.allow_reset:
@@ -399,6 +444,126 @@ class Ladder(object):
                                     container=owner['id'], runtime=owner['runtime'], name=owner['name']), since)
         return bool(containers)
 
+    # --- respawns ---------------------------------------------------------------------------
+
+    def _watch_parents(self, targets):
+        """Before ending targets, note each live parent that could bring them back (not PID 1,
+        not this module's tree, not a target itself) with the children it has now."""
+        if self.actor.recording:
+            return
+        target_pids = set(t['pid'] for t in targets)
+        for target in targets:
+            ppid = target['ppid']
+            if not ppid or ppid <= 1 or ppid in target_pids or ppid in self.surveyor.own_ancestors:
+                continue
+            entry = self.watched.get(ppid)
+            if entry is None:
+                identity = self.surveyor.identity(ppid)
+                try:
+                    known = set(self.surveyor.children(ppid))
+                except observe.ProcError:
+                    continue
+                if identity is None:
+                    continue
+                entry = self.watched[ppid] = {'start_time': identity.start_time, 'known': known,
+                                              'ended': {}, 'since': self.clock()}
+            entry['ended'][target['pid']] = target['cmdline']
+            entry['known'].add(target['pid'])
+
+    def _live_watched(self):
+        for ppid, entry in list(self.watched.items()):
+            identity = self.surveyor.identity(ppid)
+            if identity is None or identity.start_time != entry['start_time'] or identity.state == 'zombie':
+                del self.watched[ppid]
+        return self.watched
+
+    def _respawned(self, survey):
+        """Holders on the selected GPUs that a watched parent started after its children were
+        ended: each such parent is dealt with (made the target, or named). True when found."""
+        found = {}
+        for holder in survey.holders_of_selected():
+            entry = self._live_watched().get(holder['ppid'])
+            if entry is not None and holder['pid'] not in entry['known'] and set(holder['context_gpus']):
+                found.setdefault(holder['ppid'], []).append(holder['pid'])
+        for ppid, pids in found.items():
+            self._respawn(ppid, pids, survey)
+        return bool(found)
+
+    def _settle(self, survey):
+        """The GPUs read free: watch the live parents of what was ended for SETTLE_S, for a
+        new child with an ended holder's command line. True when one came (respawn handled)."""
+        if not self._live_watched():
+            return False
+        found = {}
+
+        def respawn_seen_or_none_left():
+            live = self._live_watched()
+            for ppid, entry in live.items():
+                try:
+                    children = self.surveyor.children(ppid)
+                except observe.ProcError:
+                    continue
+                for pid in children:
+                    if pid in entry['known']:
+                        continue
+                    try:
+                        cmdline = self.surveyor.describe(pid, survey.snapshot)['cmdline']
+                    except observe.ProcessGone:
+                        continue
+                    if cmdline in entry['ended'].values():
+                        found.setdefault(ppid, []).append(pid)
+            # A parent that exits (`sh -c 'server & wait'` once its child is gone) respawns
+            # nothing: the window ends when none is left.
+            return bool(found) or not live
+
+        since = self.clock()
+        watched = sorted(self.watched)
+        self.actor.wait_until(respawn_seen_or_none_left, SETTLE_S)
+        for ppid, pids in found.items():
+            self._respawn(ppid, pids, survey)
+        if not found:
+            self._record(act.Action('settle', 'PID %s' % ', '.join(str(p) for p in watched),
+                                    'no respawn by these parents (alive %s, or exited)' % _seconds(SETTLE_S),
+                                    False, pids=watched), since)
+        return bool(found)
+
+    def _respawn(self, ppid, new_pids, survey):
+        entry = self.watched.pop(ppid)
+        try:
+            parent = self.surveyor.describe(ppid, survey.snapshot)
+        except observe.ProcessGone:
+            return
+        holds_gpu = any(h['pid'] == ppid for h in survey.holders)
+        lever = decide.respawner_lever(parent, self.match, holds_gpu)
+        after = self.clock() - entry['since']
+        what = 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
+            ', '.join(str(p) for p in sorted(entry['ended'])), ', '.join(str(p) for p in new_pids), after)
+        if lever:
+            self.respawners.append(dict(parent, reason=lever, respawned=what))
+            result = '%s; not signalled: %s' % (what, lever)
+        else:
+            self.respawn_targets.append(parent)
+            for pid in new_pids:
+                try:
+                    child = self.surveyor.describe(pid, survey.snapshot)
+                except observe.ProcessGone:
+                    continue
+                if not child['protected']:
+                    self.respawn_targets.append(child)
+            result = '%s; the parent becomes the target' % what
+        self._record(act.Action('respawn', _who(parent), result, False, pid=ppid, name=parent['name'],
+                                pids=list(new_pids)))
+
+    def _give_up_respawns(self):
+        """Respawning parents still to be ended when the passes ran out are named, not ended."""
+        for target in self.respawn_targets:
+            if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
+                self.respawners.append(dict(target, reason='the passes ran out before it was ended',
+                                            respawned='see actions'))
+        self.respawn_targets = []
+
+    # --- signals ----------------------------------------------------------------------------
+
     def _escalate(self, targets, protected_units):
         if self.stop_units:
             units = decide.units_to_stop(targets, protected_units, self.surveyor.backend.infrastructure_units)
@@ -406,18 +571,27 @@ class Ladder(object):
                 since = self.clock()
                 result, changed = self.actor.stop_unit(unit, 0 if self.force else self.term_timeout)
                 self._record(act.Action('stop_unit', unit, result, changed, unit=unit), since)
+                if changed:
+                    self.ended_gpus.update(g for t in targets if t['unit'] == unit for g in t['gpus'])
             if units:
                 targets = self.actor.alive(targets)
         killed = []
         if not self.force:
             terms = [(h, self._signal(h, signal.SIGTERM)) for h in targets]
-            # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
-            # before their first request, say): waiting out the grace for it frees nothing.
+            # A stopped process acts on SIGTERM only once continued: SIGCONT right after it, as
+            # systemd does.
             for holder, action in terms:
-                if holder['ignores_sigterm'] and action.changed and not self.actor.recording:
-                    action.result = 'sent; ignored (SigIgn), SIGKILL at once'
-            killed = [self._kill(h) for h in targets if h['ignores_sigterm']]
-            listening = [(h, a) for h, a in terms if not h['ignores_sigterm']]
+                if action.changed and holder['state'] == 'stopped':
+                    self._signal(holder, signal.SIGCONT)
+            # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
+            # before their first request, say), and a traced stopped one cannot act on it:
+            # waiting out the grace for them frees nothing.
+            futile = [h for h in targets if decide.sigterm_futile(h)]
+            for holder, action in terms:
+                if holder in futile and action.changed and not self.actor.recording:
+                    action.result = 'sent; %s: SIGKILL at once' % decide.sigterm_futile(holder)
+            killed = [self._kill(h) for h in futile]
+            listening = [(h, a) for h, a in terms if h not in futile]
             self._wait_outcomes(listening, self.term_timeout, 'SIGTERM')
             targets = self.actor.alive([h for h, _action in listening])
         killed += [self._kill(h) for h in targets]
@@ -426,6 +600,7 @@ class Ladder(object):
         self._wait_outcomes(killed, max(self.term_timeout, 1.0), 'SIGKILL')
         for holder, _action in killed:
             if self.actor.alive([holder]):
+                self.unreachable.add(holder['pid'])
                 self._record(act.Action('unreachable', _who(holder), 'alive after SIGKILL (state %s)'
                                         % self.actor.state_of(holder), False,
                                         pid=holder['pid'], name=holder['name']))
@@ -452,13 +627,46 @@ class Ladder(object):
 
     def _signal(self, holder, signum):
         result, changed = self.actor.signal(holder, signum, self.surveyor.own_ancestors)
+        if changed:
+            self.ended_gpus.update(holder['gpus'])
         step = act.SIGNAL_NAMES[signum].lower()
         return self._record(act.Action(step, _who(holder), result, changed, pid=holder['pid'],
                                        name=holder['name'], gpus=holder['gpus']))
 
     def _wait_release(self, survey):
+        """Wait for the memory of the GPUs that can still come back; end at once when none can.
+
+        A GPU cannot come back while a holder the ladder may not or could not end (protected,
+        out of `match`, a zombie, alive after SIGKILL) keeps its context; memory no visible
+        process holds, on a GPU the ladder ended nothing on, is waited for only while it falls.
+        """
         selected, spared = survey.selected, survey.spared_pids
-        back, waited = self.actor.wait_until(lambda: self.surveyor.memory_back(selected, spared),
+        targets, left = decide.plan_targets(survey.holders, selected, self.match, spared)
+        keepers = dict((h['pid'], h) for h in left)
+        keepers.update((h['pid'], h) for h in targets if h['pid'] in self.unreachable)
+        hopeful, blocked, unseen = [], {}, []
+        for row in survey.rows:
+            if row['free']:
+                continue
+            kept = [keepers[pid] for pid in row['holders'] if pid in keepers]
+            if kept:
+                blocked[row['index']] = kept
+            elif row['holders'] or row['index'] in self.ended_gpus:
+                hopeful.append(row['index'])
+            else:
+                unseen.append(row['index'])
+        if unseen and self._falling(unseen, spared):
+            hopeful += unseen
+            unseen = []
+        if not hopeful:
+            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), _held_because(h, self.unreachable))
+                                                    for h in kept)) for index, kept in sorted(blocked.items())]
+            why += ['GPU %d: memory held by no visible process and not falling' % index for index in unseen]
+            self._record(act.Action('wait_release', 'GPU %s' % _indices(selected),
+                                    'not waited: nothing left that could free it (%s)' % '; '.join(why),
+                                    False, gpus=selected, waited_s=0.0))
+            return survey
+        back, waited = self.actor.wait_until(lambda: self.surveyor.memory_back(hopeful, spared),
                                              self.release_timeout)
         if self.actor.recording:
             result = 'would wait up to %ss for the memory' % self.release_timeout
@@ -466,9 +674,16 @@ class Ladder(object):
             result = 'memory back after %s' % _seconds(waited)
         else:
             result = 'memory still held after %.1f s' % waited
-        self._record(act.Action('wait_release', 'GPU %s' % _indices(selected), result, False,
-                                gpus=selected, waited_s=round(waited, 3)))
+        self._record(act.Action('wait_release', 'GPU %s' % _indices(hopeful), result, False,
+                                gpus=hopeful, waited_s=round(waited, 3)))
         return self._look()
+
+    def _falling(self, indices, spared):
+        """Whether the used memory of any of these GPUs falls within FALLING_S."""
+        first = self.surveyor.used_mib(indices, spared)
+        return self.actor.wait_until(
+            lambda: any(used < first.get(index, used) for index, used in
+                        self.surveyor.used_mib(indices, spared).items()), FALLING_S)[0]
 
     def _reset(self, survey):
         reset = False
@@ -485,7 +700,9 @@ class Ladder(object):
                 since = self.clock()
                 result, changed = self.actor.run(argv, self.surveyor.nvml_timeout)
                 self._record(act.Action(what, target, result, changed, gpu=row['index']), since)
-                reset = reset or (what == 'reset' and changed)
+                if what == 'reset' and changed:
+                    reset = True
+                    self.ended_gpus.add(row['index'])
         return self._wait_release(survey) if reset else survey
 
     # --- the report -------------------------------------------------------------------------
@@ -528,20 +745,38 @@ class Ladder(object):
             # Handles on a GPU still held block its reset; name them, never signal them.
             remaining += [dict(h, reason='has the device open (blocks a reset)') for h in last.holders
                           if h['pid'] not in seen and set(h['gpus']) & held]
+        for parent in self.respawners:
+            remaining.append(dict((k, v) for k, v in parent.items() if k != 'respawned'))
         result.update({
             'after': last.rows,
-            'free': last.free,
+            'free': last.free and not self.respawners,
             'spared': last.spared,
             'remaining': remaining,
             'diagnosis': last.diagnosis,
         })
-        if not last.free and not self.actor.recording:
-            result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset)
+        if not result['free'] and not self.actor.recording:
+            result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
+                                                   self.respawners)
         return result
 
 
 def _who(holder):
     return 'PID %d (%s)' % (holder['pid'], holder['name'])
+
+
+def _unique(holders):
+    seen, out = set(), []
+    for holder in holders:
+        if holder['pid'] not in seen:
+            seen.add(holder['pid'])
+            out.append(holder)
+    return out
+
+
+def _held_because(holder, unreachable):
+    if holder['pid'] in unreachable:
+        return 'is alive after SIGKILL (state %s)' % holder['state']
+    return 'is left: %s' % holder.get('reason', 'not a target')
 
 
 def _indices(selected):

@@ -87,8 +87,8 @@ class ProcState(object):
     """One process as /proc reports it, with what it holds under the device directory."""
 
     __slots__ = ('pid', 'start_time', 'name', 'cmdline', 'uid', 'user', 'state', 'ppid', 'wchan',
-                 'cgroup', 'pidns', 'nspid', 'kthread', 'ignores_sigterm', 'dev_fds', 'dev_maps',
-                 'unreadable')
+                 'cgroup', 'pidns', 'nspid', 'kthread', 'ignores_sigterm', 'tracer_pid', 'dev_fds',
+                 'dev_maps', 'unreadable')
 
     def __init__(self, pid):
         self.pid = pid
@@ -105,6 +105,7 @@ class ProcState(object):
         self.nspid = None
         self.kthread = False
         self.ignores_sigterm = False
+        self.tracer_pid = None
         self.dev_fds = set()
         self.dev_maps = set()
         self.unreadable = []
@@ -114,7 +115,7 @@ class Snapshot(object):
     """Everything one scan saw, taken as close together in time as possible."""
 
     def __init__(self, gpus, procs, backend, own_pid, own_pidns, unreadable, nvml_missing_pids,
-                 taken_at, infrastructure=(), parent_names=None):
+                 taken_at, infrastructure=(), related_names=None):
         self.gpus = gpus                      # list of GpuState, all GPUs of the host
         self.procs = procs                    # pid -> ProcState for every process that matters
         self.backend = backend
@@ -124,7 +125,8 @@ class Snapshot(object):
         self.nvml_missing_pids = nvml_missing_pids  # NVML-listed PIDs with no /proc entry here
         self.taken_at = taken_at
         self.infrastructure = tuple(infrastructure)  # the backend's daemon names: never signalled
-        self.parent_names = parent_names or {}  # ppid -> name, for parents outside `procs`
+        # pid -> name of the parents and tracers of `procs` that are not in `procs` themselves
+        self.related_names = related_names or {}
 
 
 def bounded(fn, timeout, timeout_message):
@@ -272,8 +274,8 @@ def _device_maps(base, pid, node_paths):
 
 
 def _status_fields(raw):
-    """(uid, nspid, ignores_sigterm) from /proc/PID/status text."""
-    uid = nspid = None
+    """(uid, nspid, ignores_sigterm, tracer_pid or None) from /proc/PID/status text."""
+    uid = nspid = tracer = None
     ignores_sigterm = False
     for line in raw.decode('utf-8', 'replace').splitlines():
         if line.startswith('Uid:'):
@@ -282,7 +284,9 @@ def _status_fields(raw):
             nspid = [int(x) for x in line.split()[1:]]
         elif line.startswith('SigIgn:'):
             ignores_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
-    return uid, nspid, ignores_sigterm
+        elif line.startswith('TracerPid:'):
+            tracer = int(line.split()[1]) or None
+    return uid, nspid, ignores_sigterm, tracer
 
 
 def _fill_details(info, proc):
@@ -309,7 +313,7 @@ def _fill_details(info, proc):
     info.cmdline = cmdline or ''
     status = optional('status', _status_fields)
     if status:
-        info.uid, info.nspid, info.ignores_sigterm = status
+        info.uid, info.nspid, info.ignores_sigterm, info.tracer_pid = status
     if info.uid is not None:
         try:
             info.user = pwd.getpwuid(info.uid).pw_name
@@ -354,23 +358,19 @@ def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=()):
 
 def _devices(base, pid, node_paths, read_maps, unreadable):
     """(fds, maps) of one process; an entry it may not read is recorded and counts as empty."""
-    try:
-        fds = _device_fds(base, pid, node_paths)
-    except ProcessGone:
-        raise
-    except ProcError as exc:
-        unreadable.append((pid, 'fd', exc.reason))
-        fds = set()
+    def read(reader, what):
+        try:
+            return reader(base, pid, node_paths)
+        except ProcessGone:
+            raise
+        except ProcError as exc:
+            unreadable.append((pid, what, exc.reason))
+            return set()
+
+    fds = read(_device_fds, 'fd')
     if not fds and not read_maps:
         return fds, set()
-    try:
-        maps = _device_maps(base, pid, node_paths)
-    except ProcessGone:
-        raise
-    except ProcError as exc:
-        unreadable.append((pid, 'maps', exc.reason))
-        maps = set()
-    return fds, maps
+    return fds, read(_device_maps, 'maps')
 
 
 def _thread_devices(base, pid, node_paths):
@@ -459,16 +459,51 @@ def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False):
     return Snapshot(gpus=gpus, procs=procs, backend=backend.name, own_pid=os.getpid(),
                     own_pidns=own_pidns, unreadable=unreadable, nvml_missing_pids=missing,
                     taken_at=started, infrastructure=backend.infrastructure,
-                    parent_names=_parent_names(procs, proc))
+                    related_names=_related_names(procs, proc))
 
 
-def _parent_names(procs, proc):
-    """Names of the scanned processes' parents that the scan did not keep (a zombie's reaper)."""
+def _related_names(procs, proc):
+    """Names of the scanned processes' parents (a zombie's reaper) and tracers that the scan
+    did not keep."""
     names = {}
     for info in procs.values():
-        if info.ppid and info.ppid not in procs and info.ppid not in names:
-            try:
-                names[info.ppid] = read_stat(info.ppid, proc).comm
-            except ProcError:
-                names[info.ppid] = None
+        for pid in (info.ppid, info.tracer_pid):
+            if pid and pid not in procs and pid not in names:
+                try:
+                    names[pid] = read_stat(pid, proc).comm
+                except ProcError:
+                    names[pid] = None
     return names
+
+
+def children_of(pid, proc='/proc'):
+    """PIDs of the children of `pid` (every thread's), from /proc/PID/task/TID/children;
+    raises ProcessGone. Where the kernel lacks that file, a scan of every process's stat."""
+    base = '%s/%d/task' % (proc, pid)
+    try:
+        tids = os.listdir(base)
+    except OSError as exc:
+        raise _proc_error(exc, pid, 'task')
+    if tids and not os.path.exists('%s/%s/children' % (base, tids[0])):
+        return _children_by_scan(pid, proc)
+    children = set()
+    for tid in tids:
+        try:
+            children.update(int(c) for c in _read('%s/%s/children' % (base, tid)).split())
+        except FileNotFoundError:
+            continue  # that thread exited
+        except OSError as exc:
+            raise _proc_error(exc, pid, 'task/children')
+    read_stat(pid, proc)  # still there (a zombie's threads are gone too)
+    return sorted(children)
+
+
+def _children_by_scan(pid, proc):
+    found = []
+    for other in _pids(proc):
+        try:
+            if read_stat(other, proc).ppid == pid:
+                found.append(other)
+        except ProcError:
+            continue
+    return found

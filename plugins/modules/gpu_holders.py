@@ -269,6 +269,14 @@ holders:
       description: "Its signal mask ignores SIGTERM (SigIgn), so only SIGKILL ends it."
       type: bool
       returned: success
+    tracer_pid:
+      description: "The PID tracing it (TracerPid, a debugger or strace), or null."
+      type: int
+      returned: success
+    tracer_name:
+      description: "The tracer's name, or null."
+      type: str
+      returned: success
     protected:
       description: "Never signalled by this collection."
       type: bool

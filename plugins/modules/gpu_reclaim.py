@@ -18,14 +18,22 @@ description:
   - 0. stops the container that owns a holder through its runtime (O(stop_containers));
   - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
     bring it back;
-  - 2. sends SIGTERM and waits up to O(term_timeout), returning as soon as they are gone; a
-    process whose signal mask ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)) gets SIGKILL
-    right away, since waiting for it frees nothing;
+  - 2. sends SIGTERM (and SIGCONT right after it to a stopped holder, as systemd does) and waits
+    up to O(term_timeout), returning as soon as they are gone; a process whose signal mask
+    ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)), or that a tracer holds stopped, gets
+    SIGKILL right away, since waiting for it frees nothing;
   - 3. sends SIGKILL to the survivors;
   - 4. rescans up to O(passes) times for holders that appeared or were left (respawns, forked
-    children holding an inherited context, orphans) and treats them the same;
+    children holding an inherited context, orphans) and treats them the same. Before it calls
+    the GPUs free it watches, for one second, the live parents of what it ended (not PID 1);
+    a parent that starts a new holder (a shell or Python loop, a supervisor) becomes the
+    target itself when it matches O(match) (or, without O(match), holds no GPU) and is not
+    protected; otherwise the task fails naming it (PID, name, command line);
   - 5. polls NVML until the used memory is back within O(free_threshold_mib) or
-    O(release_timeout) runs out, with no fixed sleeps;
+    O(release_timeout) runs out, with no fixed sleeps; a GPU that only holders it may not or
+    could not end (protected, outside O(match), zombies, alive after SIGKILL) keep, or whose
+    memory no visible process holds and does not fall, is not waited for, and the task fails at
+    once;
   - 6. with O(allow_reset), resets a GPU that is still held with no process left on it
     (persistence mode off for the reset and restored), and verifies again.
   - Before every signal the PID is re-identified by its start time (through a pidfd where the
@@ -173,8 +181,10 @@ actions:
   contains:
     step:
       description:
-        - "stop_container, stop_unit, sigterm, sigkill, unreachable, rescan, watch_respawn (after killing a
-          guest's service from its host, whether the guest's systemd started it again), wait_release,
+        - "stop_container, stop_unit, sigterm, sigcont (right after SIGTERM, to a stopped holder), sigkill,
+          unreachable, rescan, respawn (a live parent started a new holder after its child was ended),
+          settle (the live parents watched before calling the GPUs free), watch_respawn (after killing
+          a guest's service from its host, whether the guest's systemd started it again), wait_release,
           persistence_off, reset, persistence_on."
       type: str
       returned: always
@@ -185,7 +195,7 @@ actions:
     result:
       description:
         - "What happened, e.g. C(exited after SIGTERM in 0.12 s), C(still running 30.00 s after SIGTERM),
-          C(sent; ignored (SigIgn\\), SIGKILL at once), C(gone) (exited before), C(reused) (the PID is
+          C(sent; ignored (SigIgn\\): SIGKILL at once), C(gone) (exited before), C(reused) (the PID is
           another process now, not signalled), C(refused: ...), C(stopped in 0.84 s), C(ok),
           C(failed (rc=N\\): ...), C(memory back after 0.40 s)."
         - "In check mode C(would send SIGTERM), C(would stop it ...), C(would run ...)."
@@ -233,10 +243,10 @@ actions:
       type: int
       returned: when a GPU is concerned
     pids:
-      description: "The holders a rescan found left or new."
+      description: "The holders a rescan found left or new; the new children a respawn step saw; the parents a settle step watched."
       type: list
       elements: int
-      returned: for rescan
+      returned: for rescan, respawn and settle
     guest_units:
       description: "The guest's services watched, for watch_respawn."
       type: list
@@ -283,7 +293,9 @@ spared:
   type: list
   elements: dict
 remaining:
-  description: Holders left on the selected GPUs, each with a C(reason).
+  description:
+    - Holders left on the selected GPUs, each with a C(reason), and each live parent that kept
+      respawning holders and was not ended (C(kind) C(respawner)).
   returned: always
   type: list
   elements: dict

@@ -4,6 +4,9 @@ Each scenario ends with the GPUs free (or the module failing as it should) and t
 the ladder took; processes that must survive are checked by PID and start time.
 """
 
+import shlex
+import time
+
 import pytest
 
 from . import scenarios as sc
@@ -71,7 +74,7 @@ def test_sigterm_ignored_then_sigkill(lab, node):
 
     order = [(a["step"], a["result"]) for a in result["actions"] if a.get("pid") == rec["pid"]]
     assert [step for step, _unused in order] == ["sigterm", "sigkill"], result["actions"]
-    assert order[0][1] == "sent; ignored (SigIgn), SIGKILL at once", order
+    assert order[0][1] == "sent; ignored (SigIgn): SIGKILL at once", order
     assert order[1][1].startswith("exited after SIGKILL in "), order
     term, kill = steps(result, "sigterm")[0], steps(result, "sigkill")[0]
     assert kill["at_s"] >= term["at_s"]
@@ -311,6 +314,79 @@ def test_exclude_leaves_gpus_out_and_their_holders_untouched(lab, node):
     assert sc.alive(lab, node, kept["pid"], kept["start_time"])
     assert sc.gpu_used_mib(lab, node, 2) == 500
     assert_all_free(lab, node, result, [g for g in range(lab.gpus) if g != 2])
+
+
+# --- issue 10: respawning loops, stopped holders, fail fast ----------------------------------
+
+HOLD_GPU0 = "fakegpu hold --gpu 0:500 --title respawned-holder"
+LOOPS = {
+    # A shell loop and a Python supervisor, outside systemd, respawning the holder every 0.2 s.
+    "bash": "bash -c %s" % shlex.quote(
+        "echo $$ > /run/gpuops-t/loop.pid; while true; do %s; sleep 0.2; done" % HOLD_GPU0),
+    "python": "python3 -c %s" % shlex.quote(
+        "import os, subprocess, time\n"
+        "open('/run/gpuops-t/loop.pid', 'w').write(str(os.getpid()))\n"
+        "while True:\n"
+        "    subprocess.call(%r, shell=False)\n"
+        "    time.sleep(0.2)\n" % HOLD_GPU0.split()),
+}
+
+
+def gpu0_used(lab, node):
+    return sc.gpu_used_mib(lab, node, 0)
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_respawning_loop_is_ended_never_free_while_it_lives(lab, node, loop):
+    sc.start_in_scope(lab, node, "loop-%s" % loop, LOOPS[loop])
+    sc.wait_until(lab, node, "[ -s /run/gpuops-t/loop.pid ] && nvidia-smi --query-gpu=index,memory.used "
+                             "--format=csv,noheader,nounits | grep -q '^0, 500$'", "loop holding GPU 0")
+    loop_pid = int(lab.exec(node, "cat /run/gpuops-t/loop.pid").stdout)
+    loop_start = sc.identity(lab, node, loop_pid)[0]
+
+    result = reclaim(lab, node, gpus=["0"], term_timeout=5)
+
+    loop_alive = sc.alive(lab, node, loop_pid, loop_start)
+    assert not (result["free"] and loop_alive), "free while the loop lives: %s" % result["actions"]
+    # The loop is no protected process and holds nothing itself: it is made the target.
+    assert not result.get("failed"), result.get("msg")
+    assert result["free"] is True and not loop_alive, result["actions"]
+    respawn = [a for a in steps(result, "respawn") if a["pid"] == loop_pid]
+    assert respawn and "the parent becomes the target" in respawn[0]["result"], result["actions"]
+    assert loop_pid in signalled(result, "sigterm") | signalled(result, "sigkill")
+    # Stayed free: nothing is left to bring a holder back.
+    for _unused in range(4):
+        time.sleep(0.5)
+        assert gpu0_used(lab, node) == 0
+
+
+def test_stopped_holder_gets_sigcont_and_is_freed_in_under_3_s(lab, node):
+    rec = sc.hold(lab, node, "stopped", "--gpu", "2:600")
+    lab.exec(node, "kill -STOP %d" % rec["pid"])
+    sc.wait_until(lab, node, "grep -q '^State:[[:space:]]*T' /proc/%d/status" % rec["pid"], "holder stopped")
+
+    result = ok(reclaim(lab, node, gpus=["2"], term_timeout=10))
+
+    # The issue's bound, asserted as it states it: the SIGTERM path takes well under a second,
+    # waiting out term_timeout would take 10 s.
+    assert result["elapsed_s"] < 3, result["actions"]
+    assert [a["step"] for a in result["actions"] if a.get("pid") == rec["pid"]][:2] == ["sigterm", "sigcont"]
+    assert steps(result, "sigterm")[0]["result"].startswith("exited after SIGTERM in "), result["actions"]
+    assert not sc.alive(lab, node, rec["pid"], rec["start_time"])
+    assert_all_free(lab, node, result, [2])
+
+
+def test_protected_holder_alone_fails_in_under_5_s_naming_it(lab, node):
+    rec = sc.hold(lab, node, "hostengine", "--gpu", "1:700", "--title", "nv-hostengine")
+
+    result = reclaim(lab, node, gpus=["1"], term_timeout=30, release_timeout=60)
+
+    assert result.get("failed") is True
+    # The issue's bound: nothing could be signalled and nothing falls, so no wait at all.
+    assert result["elapsed_s"] < 5, result["actions"]
+    assert "PID %d (nv-hostengine)" % rec["pid"] in result["msg"] and "protected" in result["msg"], result["msg"]
+    assert not signalled(result, "sigterm") | signalled(result, "sigkill")
+    assert sc.alive(lab, node, rec["pid"], rec["start_time"])
 
 
 @pytest.mark.parametrize("bad,named", [

@@ -383,3 +383,35 @@ def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     empty = snap([gpu(1, used=500)], [])
     msg = decide.failure_message(decide.gpu_table(empty, [], [1], 128), [], 3.0, allow_reset=False)
     assert 'no process visible here' in msg and 'reset or reboot' in msg
+
+
+def test_sigterm_is_futile_for_an_ignoring_mask_or_a_traced_stop_only():
+    s = snap([gpu(0, used=900, processes=[(10, 900)])], [proc(10, fds=CTX, maps=CTX)])
+    (holder,), _unused, _unused = classify(s)
+    assert decide.sigterm_futile(holder) is None
+    assert decide.sigterm_futile(dict(holder, state='stopped')) is None, 'SIGCONT makes it act'
+    assert decide.sigterm_futile(dict(holder, ignores_sigterm=True)) == 'ignored (SigIgn)'
+    traced = dict(holder, state='tracing-stop', tracer_pid=77, tracer_name='gdb')
+    assert 'traced by PID 77 (gdb)' in decide.sigterm_futile(traced)
+
+
+def test_a_traced_holder_is_diagnosed_with_its_tracer():
+    p = proc(10, fds=CTX, maps=CTX, state='tracing-stop')
+    p.tracer_pid = 77
+    s = snap([gpu(0, used=900, processes=[(10, 900)])], [p])
+    s.related_names = {77: 'gdb'}
+    holders, _unused, unconfirmed = classify(s)
+    assert (holders[0]['tracer_pid'], holders[0]['tracer_name']) == (77, 'gdb')
+    text = ' '.join(decide.diagnose(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
+    assert 'traced by PID 77 (gdb) and stopped (state t)' in text
+
+
+def test_a_respawning_parent_is_a_target_only_when_it_matches_or_holds_nothing_and_is_unprotected():
+    loop = {'pid': 50, 'name': 'bash', 'cmdline': 'bash -c while true', 'protected': False,
+            'protected_reason': None}
+    assert decide.respawner_lever(loop, [], holds_gpu=False) is None
+    assert decide.respawner_lever(loop, [], holds_gpu=True) == 'it holds a GPU itself'
+    assert decide.respawner_lever(loop, [re.compile('while')], holds_gpu=True) is None
+    assert decide.respawner_lever(loop, [re.compile('sglang')], holds_gpu=False) == 'it does not match `match`'
+    guarded = dict(loop, protected=True, protected_reason='GPU or cluster infrastructure (sshd)')
+    assert decide.respawner_lever(guarded, [re.compile('.')], holds_gpu=False).startswith('it is protected')

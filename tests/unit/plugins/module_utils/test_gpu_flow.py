@@ -48,10 +48,16 @@ class ScriptedSurveyor(object):
     own_ancestors = frozenset()
     backend = NVIDIA
 
+    proc = '/proc'
+
     def __init__(self, *script, **kwargs):
         self.script = list(script)
         self.memory = kwargs.get('memory_back', False)
         self.last = None
+        # pid -> ProcState of processes that hold no GPU (a respawning parent), and
+        # pid -> the children it has at each call of children() (the last one repeats)
+        self.others = kwargs.get('others', {})
+        self.kids = dict((pid, list(seq)) for pid, seq in kwargs.get('children', {}).items())
 
     def survey(self, deep=False):
         step = self.script.pop(0) if self.script else self.last
@@ -77,6 +83,22 @@ class ScriptedSurveyor(object):
     def memory_back(self, selected, spared_pids=frozenset()):
         return self.memory
 
+    def used_mib(self, indices, spared_pids=frozenset()):
+        return dict((row['index'], row['memory_used_mib']) for row in self.last.rows if row['index'] in indices)
+
+    def identity(self, pid):
+        proc_state = self.others.get(pid)
+        return act.Identity(proc_state.start_time, proc_state.state) if proc_state else None
+
+    def children(self, pid):
+        seq = self.kids.get(pid, [[]])
+        return seq.pop(0) if len(seq) > 1 else seq[0]
+
+    def describe(self, pid, snapshot):
+        if pid not in self.others:
+            raise act.ProcessGone(pid, 'stat')
+        return decide.describe(self.others[pid], snapshot, [], {}, set(), 'respawner', [], set(), {}, [])
+
 
 class ScriptedActor(object):
     """A test double of gpu_act.HostActor: records every call; a holder exits on the signal
@@ -86,6 +108,7 @@ class ScriptedActor(object):
 
     def __init__(self):
         self.calls = []
+        self.polls = []           # how many polls each wait_until took
         self.gone = set()
         self.now = 100.0
 
@@ -113,8 +136,14 @@ class ScriptedActor(object):
         return dict((h['pid'], self.now) for h in holders if h['pid'] in self.gone)
 
     def wait_until(self, predicate, timeout):
+        """Polls the predicate up to 5 times, as a real wait polls it until it holds."""
         self.calls.append(('wait_release', timeout))
-        return predicate(), 0.5
+        for poll in range(1, 6):
+            value = predicate()
+            if value:
+                break
+        self.polls.append(poll)
+        return value, 0.5
 
     def run(self, argv, timeout):
         self.calls.append(('run', ' '.join(argv)))
@@ -259,7 +288,8 @@ def test_check_mode_plans_a_reset_only_for_memory_no_process_holds():
     leak = survey_of([gpu(7, used=3072)], [])
     result = ladder_check(ScriptedSurveyor(leak), allow_reset=True).run()
     assert [(a['step'], a['result']) for a in result['actions']] == [
-        ('wait_release', 'would wait up to 60.0s for the memory'),
+        ('wait_release', 'not waited: nothing left that could free it '
+                         '(GPU 7: memory held by no visible process and not falling)'),
         ('persistence_off', 'would run nvidia-smi -pm 0 -i 7'),
         ('reset', 'would run nvidia-smi --gpu-reset -i 7'),
         ('persistence_on', 'would run nvidia-smi -pm 1 -i 7'),
@@ -326,3 +356,125 @@ def test_without_the_lever_a_restarting_container_is_not_fought():
     plain = Ladder(ScriptedSurveyor(container_held(policy=None)), check_mode=True,
                    stop_containers=False).run()
     assert [a['step'] for a in plain['actions'] if a['step'].startswith('sig')][:1] == ['sigterm']
+
+
+# --- issue 10: stopped and traced holders, fail fast, respawns --------------------------------
+
+def test_a_stopped_holder_gets_sigcont_right_after_sigterm():
+    s = held_by((10, 'exits-on-term'))
+    s.holders[0]['state'] = 'stopped'
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(s, free()), actor).run()
+    assert actor.calls[:3] == [('SIGTERM', 10), ('SIGCONT', 10), ('wait_gone', [10], 5.0)]
+    assert [a['step'] for a in result['actions']] == ['sigterm', 'sigcont']
+
+
+def test_a_traced_stopped_holder_gets_sigkill_without_the_grace_and_its_tracer_is_named():
+    s = held_by((10, 'exits-on-kill'))
+    s.holders[0].update(state='tracing-stop', tracer_pid=77, tracer_name='gdb')
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(s, free()), actor).run()
+    assert actor.calls[:3] == [('SIGTERM', 10), ('SIGKILL', 10), ('wait_gone', [], 5.0)]
+    assert 'traced by PID 77 (gdb)' in result['actions'][0]['result']
+
+
+def test_a_protected_holder_alone_ends_the_ladder_at_once_naming_it():
+    s = held_by((10, 'nv-hostengine'))
+    assert s.holders[0]['protected']
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(s), actor, release_timeout=60.0).run()
+    assert actor.calls == [], 'no signal, no wait'
+    (wait,) = result['actions']
+    assert wait['result'].startswith('not waited: nothing left that could free it (GPU 0: PID 10 (nv-hostengine)')
+    assert result['free'] is False and 'PID 10 (nv-hostengine)' in result['msg'] and 'protected' in result['msg']
+
+
+def test_memory_that_falls_is_waited_for_and_memory_that_does_not_is_not():
+    leak = survey_of([gpu(7, used=3072)], [])
+    actor = ScriptedActor()
+    ladder(ScriptedSurveyor(leak), actor).run()
+    assert ('wait_release', 7.0) not in actor.calls
+
+    class Falling(ScriptedSurveyor):
+        reads = iter([3072, 2000, 0])
+
+        def used_mib(self, indices, spared_pids=frozenset()):
+            return {7: next(self.reads, 0)}
+
+    actor = ScriptedActor()
+    ladder(Falling(leak, memory_back=True), actor).run()
+    assert ('wait_release', 7.0) in actor.calls
+
+
+def respawning(child_name='exits-on-term'):
+    """GPU 0 held by PID 10, child of a live loop PID 50 (bash), which starts PID 11 with the
+    same command line once 10 is gone."""
+    loop = proc(50, name='bash', cmdline='bash -c while true; do hold; sleep 0.2; done')
+    first = survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
+                      [proc(10, name=child_name, fds=CTX, maps=CTX, ppid=50, cmdline='hold')])
+    again = survey_of([gpu(0, used=1000, processes=[(11, 1000)])],
+                      [proc(11, name=child_name, fds=CTX, maps=CTX, ppid=50, cmdline='hold')])
+    return loop, first, again
+
+
+def test_a_holder_respawned_under_a_live_parent_makes_the_parent_the_target():
+    loop, first, again = respawning()
+    actor = ScriptedActor()
+    surveyor = ScriptedSurveyor(first, again, free(), others={50: loop, 11: proc(11, ppid=50, cmdline='hold')},
+                                children={50: [[10]]})
+    result = ladder(surveyor, actor).run()
+    signalled = [c for c in actor.calls if c[0].startswith('SIG')]
+    assert signalled[0] == ('SIGTERM', 10)
+    assert ('SIGTERM', 50) in signalled and ('SIGTERM', 11) in signalled
+    respawn = [a for a in result['actions'] if a['step'] == 'respawn']
+    assert respawn and respawn[0]['pid'] == 50 and 'the parent becomes the target' in respawn[0]['result']
+
+
+def test_a_new_child_with_the_ended_command_line_is_a_respawn_before_it_holds_the_gpu():
+    loop, first, _again = respawning()
+    actor = ScriptedActor()
+    surveyor = ScriptedSurveyor(first, free(), others={50: loop, 12: proc(12, ppid=50, cmdline='hold')},
+                                children={50: [[10], [], [12]]})
+    result = ladder(surveyor, actor).run()
+    assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
+    assert [a['step'] for a in result['actions']][:2] == ['sigterm', 'respawn']
+
+
+def test_a_protected_respawning_parent_is_named_and_the_gpus_never_called_free():
+    loop, first, again = respawning()
+    loop.name = loop.cmdline = 'sshd'      # infrastructure: protected
+    actor = ScriptedActor()
+    surveyor = ScriptedSurveyor(first, again, others={50: loop}, children={50: [[10]]})
+    result = ladder(surveyor, actor).run()
+    assert ('SIGTERM', 50) not in actor.calls
+    assert result['free'] is False
+    assert 'PID 50 (sshd' in result['msg'] and 'protected' in result['msg'], result['msg']
+    assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
+
+
+def test_a_live_parent_that_respawns_nothing_costs_one_settle_window():
+    loop, first, _again = respawning()
+    actor = ScriptedActor()
+    surveyor = ScriptedSurveyor(first, free(), others={50: loop}, children={50: [[10], []]})
+    result = ladder(surveyor, actor).run()
+    assert result['free'] is True and ('SIGTERM', 50) not in actor.calls
+    assert result['actions'][-1]['step'] == 'settle' and result['actions'][-1]['pids'] == [50]
+    assert actor.polls[-1] == 5, 'a live parent is watched for the whole window'
+
+
+def test_a_parent_that_exits_after_its_child_ends_the_settle_window_at_once():
+    loop, first, _again = respawning()
+
+    class ParentExits(ScriptedSurveyor):
+        looks = 0
+
+        def identity(self, pid):
+            self.looks += 1
+            return ScriptedSurveyor.identity(self, pid) if self.looks <= 2 else None
+
+    actor = ScriptedActor()
+    result = ladder(ParentExits(first, free(), others={50: loop}, children={50: [[10], []]}), actor).run()
+    assert result['free'] is True
+    settle = result['actions'][-1]
+    assert settle['step'] == 'settle' and actor.polls[-1] == 1, 'the window ends with its last parent'
+    assert settle['result'].startswith('no respawn by these parents')

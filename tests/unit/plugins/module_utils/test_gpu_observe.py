@@ -4,7 +4,10 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import os
+import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -59,3 +62,34 @@ def test_scan_finds_an_open_device_node_by_prefix(tmp_path):
     mine = procs[os.getpid()]
     assert mine.dev_fds == {str(node)} and mine.name and mine.start_time
     assert all(entry[0] != os.getpid() for entry in unreadable)
+
+
+def test_children_of_lists_a_new_child_and_a_gone_parent_raises():
+    child = subprocess.Popen(['sleep', '30'])
+    try:
+        assert child.pid in observe.children_of(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(observe.ProcessGone):
+        observe.children_of(child.pid)
+
+
+def test_a_traced_process_names_its_tracer():
+    if not shutil.which('strace'):
+        pytest.skip('strace is not installed here; the traced-holder lab test covers a real tracer')
+    tracer = subprocess.Popen(['strace', '-o', '/dev/null', 'sleep', '30'])
+    kids = []
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            kids = observe.children_of(tracer.pid)
+            if kids and observe.describe_process(kids[0]).tracer_pid == tracer.pid:
+                break
+            time.sleep(0.05)
+        assert kids and observe.describe_process(kids[0]).tracer_pid == tracer.pid
+    finally:
+        for pid in kids:
+            os.kill(pid, signal.SIGKILL)
+        tracer.kill()
+        tracer.wait()

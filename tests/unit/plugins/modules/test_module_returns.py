@@ -74,3 +74,9 @@ def test_gpu_reclaim_returns_exactly_what_it_documents():
     holder_doc = set(documented(gpu_holders)['holders']['contains'])
     assert keys_of(h for r in results for h in r['holders'] + r['spared']) <= holder_doc
     assert keys_of(h for r in results for h in r['remaining']) == holder_doc | {'reason'}
+
+
+def test_every_module_documentation_parses():
+    for module in (gpu_holders, gpu_reclaim):
+        for text in (module.DOCUMENTATION, module.EXAMPLES, module.RETURN):
+            assert yaml.safe_load(text)
