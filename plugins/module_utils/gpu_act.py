@@ -22,7 +22,7 @@ import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
-    Identity, ProcessGone, read_identity)
+    ProcessGone, read_identity)
 
 SENT, GONE, REUSED, REFUSED = 'sent', 'gone', 'reused', 'refused'
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT'}

@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import NvmlTimeout
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
 
 from .observations import CTX, NVIDIA, gpu, proc, snap
 
@@ -88,7 +88,7 @@ class ScriptedSurveyor(object):
 
     def identity(self, pid):
         proc_state = self.others.get(pid)
-        return act.Identity(proc_state.start_time, proc_state.state) if proc_state else None
+        return Identity(proc_state.start_time, proc_state.state) if proc_state else None
 
     def children(self, pid):
         seq = self.kids.get(pid, [[]])
