@@ -40,6 +40,9 @@ options:
     description:
       - Extra regular expressions; a process whose name or command line matches one is
         protected (never signalled), in addition to the built-in infrastructure list.
+      - Each pattern gets 2 s per process to answer; one that takes longer (catastrophic
+        backtracking such as C((a+\)+$)) fails the task naming it, before anything is
+        signalled.
     type: list
     elements: str
     default: []

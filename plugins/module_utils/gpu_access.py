@@ -42,8 +42,8 @@ class ProcAccess(object):
                   % self.hidepid) if self.hidepid not in (None, '0', 'off') else ''
         return ('%s: this module runs as %s (UID %d) without CAP_SYS_PTRACE and cannot read other '
                 'users\' processes, so holders of the GPUs may be invisible or unreadable to it.%s '
-                'Memory it cannot explain is no evidence of a leaked context: do not reset the GPU '
-                'or reboot for it.' % (RUN_AS_ROOT.capitalize(), self.user, self.euid, hidden))
+                'Memory it cannot explain is no evidence of a leaked context.'
+                % (RUN_AS_ROOT.capitalize(), self.user, self.euid, hidden))
 
 
 def parse_cap_eff(status_text):

@@ -21,6 +21,7 @@ import subprocess
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
     ProcessGone, read_identity)
 
@@ -101,6 +102,9 @@ def send_signal(pid, start_time, signum, never=frozenset()):
                 os.kill(pid, signum)
         except ProcessLookupError:
             return GONE
+        except PermissionError:
+            # Another user's process and this module is not root: no other lever from here.
+            return '%s: not permitted to signal PID %d as this user: %s' % (REFUSED, pid, RUN_AS_ROOT)
         return SENT
     finally:
         if pidfd is not None:

@@ -15,6 +15,8 @@ import os
 import re
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 
 # Processes whose death hurts the host more than a held GPU (display servers, schedulers, MPI),
 # whatever the GPU vendor; the vendor's own daemons come from its backend (snapshot.infrastructure).
@@ -176,12 +178,15 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         for pid, mib in gpu.processes:
             nvml_mem.setdefault(pid, {})[gpu.index] = mib
     holders, clients, unconfirmed = [], [], []
+    # A process whose fds or maps this module may not read (another user's, without root) shows
+    # no device even when it holds one: NVML's word stands for it.
+    unreadable = set(entry[0] for entry in snapshot.unreadable)
     for pid in sorted(snapshot.procs):
         proc = snapshot.procs[pid]
         if pid == snapshot.own_pid or proc.ppid == snapshot.own_pid:
             continue  # this module and the helpers it runs (nvidia-smi, systemctl) hold no GPU
         listed = nvml_mem.get(pid, {})
-        touches_device = bool(proc.dev_fds or proc.dev_maps)
+        touches_device = bool(proc.dev_fds or proc.dev_maps) or pid in unreadable
         if listed and not touches_device and proc.state != 'zombie':
             unconfirmed.append({'pid': pid, 'name': proc.name, 'gpus': sorted(listed)})
             continue
@@ -196,8 +201,10 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         all_evidence = set()
         for ev in evidence.values():
             all_evidence |= ev
-        holders.append(describe(proc, snapshot, sorted(evidence), listed, all_evidence, kind,
-                                protect_patterns, own_tree, units, context_gpus))
+        holder = describe(proc, snapshot, sorted(evidence), listed, all_evidence, kind,
+                          protect_patterns, own_tree, units, context_gpus)
+        holder['peer_gpus'] = peers.peer_gpus_of(evidence, listed, context_gpus, orphaned)
+        holders.append(holder)
     return holders, clients, unconfirmed
 
 
@@ -325,6 +332,7 @@ def gpu_table(snapshot, holders, selected, free_threshold_mib, spared_pids=froze
             'persistence_mode': gpu.persistence_mode,
             'holders': [h['pid'] for h in contexts],
             'handles': [h['pid'] for h in handles],
+            'peers': [h['pid'] for h in peers.peers_of_gpu(holders, gpu.index)],
             'free': used_by_others <= free_threshold_mib and not unspared,
         })
     return rows
@@ -339,9 +347,13 @@ def _who(holder):
     return 'PID %d (%s)' % (holder['pid'], holder['name'])
 
 
-def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset()):
-    """Plain sentences for everything an operator could not see in a process list."""
-    sentences = []
+def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
+    """Plain sentences for everything an operator could not see in a process list.
+
+    `blind_sentence` (gpu_access): this module cannot read other users' processes. It comes
+    first, and memory nobody visible holds is then never blamed on a leak (no reset advice).
+    """
+    sentences = [blind_sentence] if blind_sentence else []
     selected = set(row['index'] for row in rows)
     missing = set(snapshot.nvml_missing_pids)
     for gpu in snapshot.gpus:
@@ -358,8 +370,15 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset()):
                              'bindings do not match the driver; such a PID is never signalled.'
                              % (gpu.index, pid, mib))
         inheritors = [h for h in contexts if 'nvml' not in h['evidence']]
+        mappers = peers.peers_of_gpu(holders, gpu.index)
         for pid, mib in unresolved:
-            if inheritors:
+            if mappers:
+                continue  # explained below: the memory is peer memory of a live process
+            if blind_sentence:
+                sentences.append(
+                    'GPU %d: NVML lists PID %d (%s MiB), which this module cannot see: %s.'
+                    % (gpu.index, pid, mib, RUN_AS_ROOT))
+            elif inheritors:
                 sentences.append(
                     'GPU %d: NVML charges %s MiB to PID %d, which has exited; %s still '
                     'map%s the device (inherited from it), so the memory stays until %s.'
@@ -372,7 +391,12 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset()):
                     'namespace: it runs in another namespace (a container or its host) and must be '
                     'stopped from there, or it died with a context still pinned (reset or reboot).'
                     % (gpu.index, pid, mib))
-        if not row['free'] and not contexts and not gone and gpu.used_mib > 0:
+        if mappers:
+            sentences.extend(peers.peer_sentences(holders, [row]))
+        elif not row['free'] and not contexts and not gone and gpu.used_mib > 0 and blind_sentence:
+            sentences.append('GPU %d: %d MiB used with no process visible to this module: %s to see '
+                             'its holders.' % (gpu.index, gpu.used_mib, RUN_AS_ROOT))
+        elif not row['free'] and not contexts and not gone and gpu.used_mib > 0:
             sentences.append(
                 'GPU %d: %d MiB used with no process visible here: either processes in another PID '
                 'namespace hold it (run this on the host that owns them, e.g. the node around this '
@@ -426,7 +450,7 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset()):
         if holder['other_pid_namespace'] and not holder['protected']:
             sentences.append('%s runs in another PID namespace (a container) than this module.'
                              % _who(holder))
-    if snapshot.unreadable:
+    if snapshot.unreadable and not blind_sentence:
         pids = sorted(set(entry[0] for entry in snapshot.unreadable))
         sentences.append('Could not read the fds or maps of %d process(es) (%s): run as root to see '
                          'every holder.' % (len(pids), ', '.join(str(p) for p in pids[:10])))
@@ -439,17 +463,19 @@ def holder_matches(holder, match_patterns):
     return any(p.search(holder['name']) or p.search(holder['cmdline']) for p in match_patterns)
 
 
-def plan_targets(holders, selected, match_patterns, spared_pids=frozenset()):
+def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), peers_too=False):
     """Split the context holders of the selected GPUs into (targets, left), each left with a reason.
 
     Handle-only holders are never targets: on a real host every CUDA process has every GPU's
     node open, so a handle names no GPU the process uses, and killing it frees no memory.
     Spared holders are neither: the caller asked to keep them, so nothing is left to report.
+    With `peers_too`, a process that maps peer memory on a selected GPU (its context elsewhere)
+    is a target too.
     """
     selected = set(selected)
     targets, left = [], []
     for holder in holders:
-        if not set(holder['context_gpus']) & selected or holder['pid'] in spared_pids:
+        if not peers.holder_gpus(holder, peers_too) & selected or holder['pid'] in spared_pids:
             continue
         reason = skip_reason(holder, match_patterns)
         if reason:
@@ -610,6 +636,8 @@ def owner_lever(holder):
 
 def next_lever(holder):
     """What a person can do about a holder the ladder could not remove."""
+    if holder.get('lever'):
+        return holder['lever']
     said = owner_lever(holder)
     # A pod's or container's init is protected for a reason its owner names best.
     if said and (holder.get('protected_reason') in (POD_PROTECTED, CONTAINER_INIT)):
@@ -634,17 +662,25 @@ def next_lever(holder):
     return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
 
 
-def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=()):
+def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blind_sentence=None):
     """One actionable sentence per GPU that is still not free, and one per parent that keeps
-    respawning holders."""
-    parts = [respawn_message(parent) for parent in respawners]
+    respawning holders; when this module cannot read other users' processes, that comes first
+    and no reset or reboot is advised."""
+    parts = ([blind_sentence] if blind_sentence else []) + [respawn_message(parent) for parent in respawners]
     for row in rows:
         if row['free']:
             continue
         on_gpu = [h for h in remaining if row['index'] in h['gpus']]
-        if on_gpu:
+        if on_gpu and blind_sentence:
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], h['name'], h['state'], next_lever(h)
+                                                    if h.get('lever') or h.get('protected')
+                                                    else RUN_AS_ROOT + ' to signal it')
+                            for h in on_gpu)
+        elif on_gpu:
             who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], h['name'], h['state'], next_lever(h))
                             for h in on_gpu)
+        elif blind_sentence:
+            who = 'no process visible to this module: %s to see and free its holders' % RUN_AS_ROOT
         elif allow_reset:
             who = ('no process visible here and the reset did not free it: reboot the host, or if '
                    'this is a container, free it from the host that owns the GPU')

@@ -17,11 +17,14 @@ import os
 import signal
 import time
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_access as access
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_patterns as patterns
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 
 
 # The options every surveying module takes; their documentation is the gpu_survey doc fragment.
@@ -44,6 +47,8 @@ RECLAIM_ARGUMENT_SPEC = dict(
     force=dict(type='bool', default=False),
     allow_reset=dict(type='bool', default=False),
     spare_units=dict(type='list', elements='str', default=[]),
+    peers=dict(type='bool', default=False),
+    lock_timeout=dict(type='float', default=300.0),
 )
 
 
@@ -77,7 +82,7 @@ def survey_param_error(params):
 
 def reclaim_param_error(params):
     """What is wrong with gpu_reclaim's own options, or None."""
-    for name in ('term_timeout', 'release_timeout', 'passes'):
+    for name in ('term_timeout', 'release_timeout', 'passes', 'lock_timeout'):
         if params[name] < 0:
             return '%s must be 0 or more, got %s' % (name, params[name])
     return survey_param_error(params)
@@ -94,7 +99,7 @@ def ladder_from_params(params, check_mode):
                   term_timeout=params['term_timeout'], release_timeout=params['release_timeout'],
                   passes=params['passes'], stop_units=params['stop_units'], match=params['match'],
                   force=params['force'], allow_reset=params['allow_reset'], check_mode=check_mode,
-                  stop_containers=params['stop_containers'])
+                  stop_containers=params['stop_containers'], peers=params['peers'])
 
 
 class Survey(object):
@@ -134,7 +139,9 @@ class Surveyor(object):
         self.exclude = exclude or []
         self.spare_units = frozenset(decide.unit_names(spare_units, 'spare_units'))
         self.nvml_timeout = nvml_timeout
-        self.protect = decide.compile_patterns(protect, 'protect')
+        self.protect = patterns.PatternSet(protect, 'protect')
+        # Other pattern sets (the ladder's match) evaluated on every survey, before any decision.
+        self.pattern_sets = [self.protect]
         self.free_threshold_mib = free_threshold_mib
         self.proc = proc
         self.backend = backend or vendor.available_backend(dev_dir)
@@ -142,6 +149,7 @@ class Surveyor(object):
             raise observe.ObserveError(vendor.NO_BACKEND)
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
         self.owner_details = {}   # (runtime, id) -> what its CLI said, asked once per run
+        self.access = access.read_access(proc)
 
     def protected_containers(self):
         """Ids of containers holding this module's ancestors (the caller's own container)."""
@@ -170,6 +178,11 @@ class Surveyor(object):
 
     def survey(self, deep=False):
         snapshot = observe.take_snapshot(self.backend, self.nvml_timeout, proc=self.proc, deep=deep)
+        texts = set()
+        for proc in snapshot.procs.values():
+            texts.update((proc.name, proc.cmdline))
+        for pattern_set in self.pattern_sets:
+            pattern_set.prime(sorted(texts))   # bounded; PatternTimeout names a hostile pattern
         selected = decide.resolve_gpus(self.requested, snapshot.gpus, self.exclude)
         own_tree = self.own_ancestors | set(
             pid for pid, p in snapshot.procs.items() if p.ppid == snapshot.own_pid)
@@ -180,7 +193,8 @@ class Surveyor(object):
         spared = [h for h in holders if h['unit'] in self.spare_units and set(h['gpus']) & set(selected)]
         survey = self._survey(snapshot, selected, holders, clients, unconfirmed, spared)
         held = set(row['index'] for row in survey.rows if not row['free'])
-        explained = set(index for holder in holders for index in holder['context_gpus'])
+        explained = set(index for holder in holders
+                        for index in holder['context_gpus'] + holder['peer_gpus'])
         if not deep and held - explained:
             # Memory is held and no context explains it: a process may have closed its fds
             # but kept its mappings. Read every process's maps before calling it invisible.
@@ -190,7 +204,8 @@ class Surveyor(object):
     def _survey(self, snapshot, selected, holders, clients, unconfirmed, spared):
         spared_pids = frozenset(h['pid'] for h in spared)
         rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
-        diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows, spared_pids)
+        diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows, spared_pids,
+                                    self.access.sentence())
         return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis, spared)
 
     def without(self, survey, ended):
@@ -304,14 +319,16 @@ class Ladder(object):
                  release_timeout=_default('release_timeout'), passes=_default('passes'),
                  stop_units=_default('stop_units'), match=None, force=_default('force'),
                  allow_reset=_default('allow_reset'), check_mode=False, clock=time.monotonic,
-                 actor=None, stop_containers=_default('stop_containers')):
+                 actor=None, stop_containers=_default('stop_containers'), peers=_default('peers')):
         self.surveyor = surveyor
         self.term_timeout = term_timeout
         self.release_timeout = release_timeout
         self.passes = passes
         self.stop_units = stop_units
         self.stop_containers = stop_containers
-        self.match = decide.compile_patterns(match, 'match')
+        self.match = patterns.PatternSet(match, 'match')
+        surveyor.pattern_sets.append(self.match)
+        self.peers = peers
         self.force = force
         self.allow_reset = allow_reset
         self.clock = clock
@@ -350,7 +367,7 @@ class Ladder(object):
             return self._result(first, first)
         try:
             last = self._climb(first)
-        except observe.ObserveError as exc:
+        except (observe.ObserveError, patterns.PatternError) as exc:
             # The driver stopped answering after the ladder acted: say what was done so far.
             return self._interrupted(first, exc)
         # Check mode changed nothing: the GPUs are as the first survey found them.
@@ -396,7 +413,8 @@ class Ladder(object):
         """The holders to signal: not those a guest's systemd was seen restarting, nor, without
         the container lever, those a container's restart policy would only bring back (both are
         named in the failure instead)."""
-        targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids)[0]
+        targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids,
+                                      self.peers)[0]
         targets = [t for t in targets if _guest_unit(t) not in self.respawning_guest_units]
         if self.stop_containers:
             return targets
@@ -738,13 +756,22 @@ class Ladder(object):
         result = self._common(first)
         remaining = []
         if not last.free:
-            targets, left = decide.plan_targets(last.holders, last.selected, self.match, last.spared_pids)
+            targets, left = decide.plan_targets(last.holders, last.selected, self.match, last.spared_pids,
+                                                self.peers)
             remaining = left + [dict(t, reason='survived the ladder') for t in targets]
             held = set(row['index'] for row in last.rows if not row['free'])
             seen = set(h['pid'] for h in remaining) | last.spared_pids
-            # Handles on a GPU still held block its reset; name them, never signal them.
-            remaining += [dict(h, reason='has the device open (blocks a reset)') for h in last.holders
-                          if h['pid'] not in seen and set(h['gpus']) & held]
+            # Handles on a GPU still held block its reset; name them, never signal them. A peer
+            # mapper is named with what holds the memory and the lever (peers: true).
+            for h in last.holders:
+                if h['pid'] in seen or not set(h['gpus']) & held:
+                    continue
+                peer_held = sorted(held & set(h['peer_gpus']))
+                if peer_held:
+                    remaining.append(dict(h, reason='maps peer memory of GPU %s' % ','.join(
+                        str(i) for i in peer_held), lever=gpu_peers.peer_lever(h, peer_held[0])))
+                else:
+                    remaining.append(dict(h, reason='has the device open (blocks a reset)'))
         for parent in self.respawners:
             remaining.append(dict((k, v) for k, v in parent.items() if k != 'respawned'))
         result.update({
@@ -756,7 +783,7 @@ class Ladder(object):
         })
         if not result['free'] and not self.actor.recording:
             result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
-                                                   self.respawners)
+                                                   self.respawners, self.surveyor.access.sentence())
         return result
 
 

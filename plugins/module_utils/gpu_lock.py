@@ -55,6 +55,7 @@ class HostLock(object):
         self.clock = clock
         self.poll_s = poll_s
         self.fd = None
+        self.held = False
         self.waited_s = 0.0
         self.held_by = None       # who held it when we first had to wait, or None
 
@@ -85,6 +86,7 @@ class HostLock(object):
                     'lock_timeout=%ss; nothing was signalled by this run. Let it finish, or raise '
                     'lock_timeout.' % (self.held_by, self.path, self.timeout_s))
             time.sleep(min(self.poll_s, max(0.0, self.timeout_s - waited)))
+        self.held = True
         self.waited_s = round(self.clock() - started, 3)
         try:
             os.ftruncate(self.fd, 0)
@@ -97,8 +99,14 @@ class HostLock(object):
 
     def release(self):
         if self.fd is not None:
+            if self.held:
+                try:
+                    os.ftruncate(self.fd, 0)   # no stale "PID N" for a later waiter to misread
+                except OSError:
+                    pass
             os.close(self.fd)     # closing the only fd of the description drops the flock
             self.fd = None
+            self.held = False
 
     def __enter__(self):
         return self.acquire()

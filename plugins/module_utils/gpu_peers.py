@@ -33,13 +33,29 @@ def peers_of_gpu(holders, index):
     return [h for h in holders if index in (h.get('peer_gpus') or [])]
 
 
+_COMM_LEN = 15
+
+
+def title(holder):
+    """The process title as the operator knows it: the kernel cuts /proc/PID/comm at 15
+    characters ('sglang::schedul'), so a cut name is completed from the command line."""
+    name = holder['name']
+    first = (holder.get('cmdline') or '').split(' ', 1)[0]
+    if len(name) == _COMM_LEN and first.startswith(name):
+        return first
+    return name
+
+
+def peer_lever(holder, index):
+    """What to do about peer memory on GPU `index` held through this process."""
+    contexts = ','.join(str(i) for i in holder['context_gpus'])
+    return ('it maps GPU %d, its context is on GPU %s: NCCL/IPC peer memory; reclaim GPU %s too or set '
+            'peers: true' % (index, contexts, contexts))
+
+
 def peer_reason(holder, index):
     """Why this process holds GPU `index`, in the words the operator acts on."""
-    return ('PID %d (%s) maps GPU %d, its context is on GPU %s: NCCL/IPC peer memory; reclaim GPU %s '
-            'too or set peers: true'
-            % (holder['pid'], holder['name'], index,
-               ','.join(str(i) for i in holder['context_gpus']),
-               ','.join(str(i) for i in holder['context_gpus'])))
+    return 'PID %d (%s) %s' % (holder['pid'], title(holder), peer_lever(holder, index)[3:])
 
 
 def peer_sentences(holders, rows):

@@ -33,8 +33,12 @@ description:
     it, GPU and cluster infrastructure such as nvidia-persistenced, nv-hostengine, dcgm-exporter, nv-fabricmanager, Xorg, MPS, slurmstepd, orted, plus
     O(protect)).
   - Explains in RV(diagnosis) what a process list cannot show, such as memory held by no visible
-    process, NVML PIDs that do not exist here, D-state holders, zombies, and holders whose
-    systemd unit would restart them.
+    process, NVML PIDs that do not exist here, D-state holders, zombies, holders whose
+    systemd unit would restart them, and peer memory (NCCL, CUDA IPC) that a process with its
+    context on another GPU keeps allocated.
+  - Without root (no C(CAP_SYS_PTRACE)), other users' processes are unreadable or, with
+    C(hidepid), invisible; RV(diagnosis) then says first "Run as root (become: true)" and never
+    blames unexplained memory on a leaked context.
   - Read-only; never changes the host.
 author:
   - gpuops.reclaim maintainers (@gpuops)
@@ -127,6 +131,14 @@ gpus:
       type: list
       elements: int
       returned: success
+    peers:
+      description: >-
+        PIDs that map peer memory of this GPU (NCCL, CUDA IPC): NVML charges its used memory to no
+        process, and they map its device node while their context is on another GPU. The memory
+        stays until they exit (gpu_reclaim's O(gpuops.reclaim.gpu_reclaim#module:peers)).
+      type: list
+      elements: int
+      returned: success
     free:
       description: "No context on it and used memory within O(free_threshold_mib)."
       type: bool
@@ -196,6 +208,11 @@ holders:
       returned: success
     context_gpus:
       description: "Indices of the GPUs where it holds a context."
+      type: list
+      elements: int
+      returned: success
+    peer_gpus:
+      description: "Indices of the GPUs whose memory, charged by NVML to no process, it maps from its context elsewhere (NCCL/IPC peer memory)."
       type: list
       elements: int
       returned: success

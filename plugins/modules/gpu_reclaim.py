@@ -111,6 +111,9 @@ options:
     description:
       - As the last resort, C(nvidia-smi --gpu-reset) a GPU that is still held with no process
         left on it (a leaked context).
+      - Refused, before anything is signalled, when the module cannot read other users'
+        processes (not root, no C(CAP_SYS_PTRACE)): memory it cannot explain is then no evidence
+        of a leak. Run as root (C(become: true)).
     type: bool
     default: false
   spare_units:
@@ -126,11 +129,33 @@ options:
     type: list
     elements: str
     default: []
+  peers:
+    description:
+      - Also target processes that map peer memory on a selected GPU while their context is on
+        another GPU (NCCL or CUDA IPC; after a tensor-parallel rank died, the surviving ranks keep
+        its buffers allocated, charged by NVML to no process). Such a process ends, so its own
+        GPUs are freed too.
+      - Without it, they are never signalled; a GPU they keep held fails naming them, their GPU,
+        and this option.
+    type: bool
+    default: false
+  lock_timeout:
+    description:
+      - Seconds to wait for another gpu_reclaim run on the same host (a pipeline and a drift
+        timer, say) to finish. Runs take a host lock (C(flock) on C(/run/lock/gpuops-reclaim.lock))
+        so their ladders never interleave; the waiting run then surveys what the first left and
+        reports that. When the wait runs out the task fails naming the other run, having
+        signalled nothing. Check mode takes no lock.
+    type: float
+    default: 300.0
 extends_documentation_fragment:
   - gpuops.reclaim.gpu_survey
 seealso:
   - module: gpuops.reclaim.gpu_holders
 notes:
+  - O(protect) and O(match) patterns are evaluated with a time bound (2 s per pattern and
+    process); a pattern that exceeds it (catastrophic backtracking) fails the task naming it,
+    before anything is signalled.
   - In check mode the steps come from the observations of a host nothing was done to; holders a
     real run would find on rescan (respawns, forks) cannot be known in advance.
 """
@@ -308,6 +333,24 @@ backend:
   description: "Where GPU facts came from: nvml or nvidia-smi."
   returned: always
   type: str
+host_lock:
+  description: The host lock this run held, and how long it waited for another run first.
+  returned: when not in check mode
+  type: dict
+  contains:
+    path:
+      description: "The lock file."
+      type: str
+      returned: always
+    waited_s:
+      description: "Seconds spent waiting for the lock (0 when no other run held it)."
+      type: float
+      returned: always
+    waited_for:
+      description: "What the other run wrote into the lock file (C(PID N since TIME)), or null when none was waited for."
+      type: str
+      returned: always
+  sample: {path: /run/lock/gpuops-reclaim.lock, waited_s: 4.21, waited_for: "PID 20817 since 2026-11-30T22:41:07+0000"}
 msg:
   description: When not free, what is left and the next lever.
   returned: failure
@@ -316,22 +359,42 @@ msg:
     it is in uninterruptible sleep and ignores SIGKILL: reset the GPU (allow_reset: true) or reboot the host."
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
     RECLAIM_ARGUMENT_SPEC, SURVEY_ARGUMENT_SPEC, ladder_from_params, reclaim_param_error)
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock, LockTimeout
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_patterns import PatternError
 
 
 def main():
+    started = time.monotonic()
     module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC, **RECLAIM_ARGUMENT_SPEC),
                            supports_check_mode=True)
-    error = reclaim_param_error(module.params)
+    params = module.params
+    error = reclaim_param_error(params)
     if error:
         module.fail_json(msg=error)
     try:
-        ladder = ladder_from_params(module.params, module.check_mode)
-        result = ladder.run()
+        ladder = ladder_from_params(params, module.check_mode)
+        blind = ladder.surveyor.access.sentence()
+        if blind and params['allow_reset']:
+            module.fail_json(msg='allow_reset refused: %s Nothing was signalled.' % blind)
+        if module.check_mode:
+            result = ladder.run()
+        else:
+            # One ladder per host at a time; the lock goes with this process, however it ends.
+            with HostLock(params['lock_timeout']) as lock:
+                result = ladder.run()
+            result['host_lock'] = lock.report()
+    except PatternError as exc:
+        module.fail_json(msg='%s. Nothing was signalled.' % exc, actions=[],
+                         elapsed_s=round(time.monotonic() - started, 3))
+    except LockTimeout as exc:
+        module.fail_json(msg=str(exc), actions=[], elapsed_s=round(time.monotonic() - started, 3))
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))
     if ladder.surveyor.backend.warning:

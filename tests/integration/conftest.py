@@ -54,11 +54,12 @@ class Lab:
             raise NodeCommandError(result.returncode, f"lab exec {node} {cmd}", result.stdout, result.stderr)
         return result
 
-    def module(self, node, fqcn, args, check_mode=False, timeout=300):
+    def module(self, node, fqcn, args, check_mode=False, timeout=300, task_vars=None):
         """Run one Ansible module on a node over the lab's SSH inventory; return its result dict.
 
         A failed module comes back as its result (with failed=True), not as an exception;
-        only a broken Ansible run (no result at all) raises.
+        only a broken Ansible run (no result at all) raises. `task_vars` go on the task
+        (e.g. {"ansible_user": "lab"} to run it as another user than root).
         """
         with tempfile.TemporaryDirectory(prefix="lab-module-") as tmp:
             result_path = os.path.join(tmp, "result.json")
@@ -67,8 +68,9 @@ class Lab:
                 "hosts": node,
                 "gather_facts": False,
                 "tasks": [
-                    {"name": "module under test", fqcn: args, "register": "lab_result",
-                     "check_mode": check_mode, "ignore_errors": True, "ignore_unreachable": True},
+                    dict({"name": "module under test", fqcn: args, "register": "lab_result",
+                          "check_mode": check_mode, "ignore_errors": True, "ignore_unreachable": True},
+                         **({"vars": task_vars} if task_vars else {})),
                     {"name": "hand the result to the test",
                      "ansible.builtin.copy": {"content": "{{ lab_result | to_json }}", "dest": result_path},
                      "delegate_to": "localhost", "check_mode": False},

@@ -37,7 +37,8 @@ def test_blind_sentence_says_run_as_root_first_and_never_advises_reset():
     assert blind.blind
     assert text.startswith('Run as root (become: true): ')
     assert 'lab (UID 1000)' in text and 'hidepid=2' in text
-    assert 'do not reset the GPU or reboot' in text
+    assert 'no evidence of a leaked context' in text
+    assert 'reset' not in text and 'reboot' not in text
 
 
 def test_root_is_not_blind():
@@ -60,3 +61,42 @@ def test_read_access_as_root_and_as_nobody():
     as_nobody = subprocess.run(['/usr/bin/python3', '-c', PROBE], env=env, capture_output=True, text=True,
                                check=True, user='nobody', cwd='/').stdout.split()
     assert as_nobody[1:] == ['nobody', 'True']
+
+
+# --- gpu_decide when the module is blind (not root) -----------------------------------------------
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide  # noqa: E402
+
+from .observations import gpu, proc, snap  # noqa: E402
+
+BLIND = access.ProcAccess(euid=1000, user='lab', can_read_all=False, hidepid=None).sentence()
+
+
+def test_blind_diagnosis_says_run_as_root_first_and_never_reset():
+    # hidepid: the root holder NVML lists does not even show in /proc.
+    hidden = snap([gpu(0, used=1000, processes=[(777, 1000)]), gpu(1, used=500)], [], missing=[777])
+    holders, _clients, unconfirmed = decide.classify(hidden, [], set())
+    rows = decide.gpu_table(hidden, holders, [0, 1], 128)
+    diagnosis = decide.diagnose(hidden, holders, unconfirmed, rows, BLIND)
+    assert diagnosis[0] == BLIND
+    assert diagnosis[1:] == [
+        'GPU 0: NVML lists PID 777 (1000 MiB), which this module cannot see: run as root (become: true).',
+        'GPU 1: 500 MiB used with no process visible to this module: run as root (become: true) to see '
+        'its holders.']
+    msg = decide.failure_message(rows, [], 1.0, allow_reset=False, blind_sentence=BLIND)
+    assert msg.startswith(BLIND)
+    for text in diagnosis[1:] + [msg[len(BLIND):]]:
+        assert 'reset' not in text and 'reboot' not in text, text
+
+
+def test_unreadable_listed_process_is_a_holder_not_a_foreign_pid():
+    # No hidepid: the root holder shows, but its fds and maps are unreadable to this user.
+    s = snap([gpu(0, used=1000, processes=[(777, 1000)])], [proc(777)])
+    s.unreadable = [(777, 'fd', 'Permission denied'), (777, 'maps', 'Permission denied')]
+    holders, _clients, unconfirmed = decide.classify(s, [], set())
+    assert unconfirmed == []
+    assert [(h['pid'], h['context_gpus'], h['evidence']) for h in holders] == [(777, [0], ['nvml'])]
+    rows = decide.gpu_table(s, holders, [0], 128)
+    msg = decide.failure_message(rows, [dict(holders[0], reason='survived the ladder')], 1.0, False, blind_sentence=BLIND)
+    assert 'PID 777 (python3) sleeping: run as root (become: true) to signal it' in msg
+    assert 'reset' not in msg[len(BLIND):]

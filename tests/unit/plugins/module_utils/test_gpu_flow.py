@@ -15,6 +15,7 @@ import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
 
@@ -58,6 +59,8 @@ class ScriptedSurveyor(object):
         # pid -> the children it has at each call of children() (the last one repeats)
         self.others = kwargs.get('others', {})
         self.kids = dict((pid, list(seq)) for pid, seq in kwargs.get('children', {}).items())
+        self.pattern_sets = []
+        self.access = ProcAccess(euid=0, user='root', can_read_all=True, hidepid=None)
 
     def survey(self, deep=False):
         step = self.script.pop(0) if self.script else self.last

@@ -62,6 +62,13 @@ def test_bounded_wait_fails_naming_the_holder(tmp_path):
         first.wait()
 
 
+def test_a_released_lock_leaves_no_name_for_a_later_waiter(tmp_path):
+    path = str(tmp_path / 'l')
+    with gpu_lock.HostLock(1, path=path):
+        pass
+    assert open(path).read() == ''
+
+
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     path = str(tmp_path / 'l')
     first = holder(path, 30)

@@ -43,3 +43,64 @@ def test_free_gpus_and_unmapped_gpus_get_no_sentence():
 def test_peers_option_widens_the_gpus_a_holder_counts_on():
     assert peers.holder_gpus(rank1(), peers=False) == {1}
     assert peers.holder_gpus(rank1(), peers=True) == {0, 1}
+
+
+# --- the rule inside gpu_decide's classification, diagnosis and targeting --------------------------
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide  # noqa: E402
+
+from .observations import gpu, proc, snap  # noqa: E402
+
+RANK1_NODES = ('/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm')
+
+
+def nccl_after_rank0_died(dead_rank0_listed=False):
+    """Rank 1 (context on GPU 1, maps every GPU as CUDA processes do); 291 MiB on GPU 0 charged to
+    nobody, or to the dead rank 0's PID."""
+    gpu0 = gpu(0, used=291, processes=[(4241, 291)] if dead_rank0_listed else [])
+    rank = proc(4242, name='sglang::schedul', cmdline='sglang::scheduler_TP1', fds=RANK1_NODES,
+                maps=RANK1_NODES)
+    return snap([gpu0, gpu(1, used=1000, processes=[(4242, 1000)])], [rank],
+                missing=[4241] if dead_rank0_listed else [])
+
+
+def surveyed(s, selected=(0,)):
+    holders, _clients, unconfirmed = decide.classify(s, [], set())
+    rows = decide.gpu_table(s, holders, list(selected), 128)
+    return holders, rows, decide.diagnose(s, holders, unconfirmed, rows)
+
+
+def test_rank1_is_a_peer_mapper_of_gpu0_and_the_diagnosis_says_so_without_reset():
+    for dead_listed in (False, True):
+        holders, rows, diagnosis = surveyed(nccl_after_rank0_died(dead_listed))
+        (rank,) = holders
+        assert rank['context_gpus'] == [1] and rank['peer_gpus'] == [0]
+        assert rows[0]['peers'] == [4242] and rows[0]['free'] is False
+        assert diagnosis == ['GPU 0: 291 MiB used that NVML charges to no process: PID 4242 '
+                             '(sglang::scheduler_TP1) maps GPU 0, its context is on GPU 1: NCCL/IPC peer '
+                             'memory; reclaim GPU 1 too or set peers: true.']
+
+
+def test_peers_option_makes_the_mapper_a_target_of_gpu0():
+    holders, _rows, _diagnosis = surveyed(nccl_after_rank0_died())
+    assert decide.plan_targets(holders, [0], [])[0] == []
+    assert [t['pid'] for t in decide.plan_targets(holders, [0], [], peers_too=True)[0]] == [4242]
+    # Reclaiming GPU 1 (its context) targets it whatever `peers` says.
+    assert [t['pid'] for t in decide.plan_targets(holders, [1], [])[0]] == [4242]
+
+
+def test_failure_names_the_mapper_and_the_lever_never_a_reset():
+    holders, rows, _diagnosis = surveyed(nccl_after_rank0_died())
+    (rank,) = holders
+    remaining = [dict(rank, reason='maps peer memory of GPU 0', lever=peers.peer_lever(rank, 0))]
+    msg = decide.failure_message(rows, remaining, 3.2, allow_reset=False)
+    assert 'PID 4242 (sglang::schedul) sleeping: it maps GPU 0, its context is on GPU 1: NCCL/IPC peer ' \
+           'memory; reclaim GPU 1 too or set peers: true' in msg
+    assert 'reset' not in msg and 'reboot' not in msg
+
+
+def test_an_unrelated_process_of_gpu1_on_a_gpu0_that_is_free_is_no_peer():
+    s = snap([gpu(0, used=0), gpu(1, used=1000, processes=[(4242, 1000)])],
+             [proc(4242, fds=RANK1_NODES, maps=RANK1_NODES)])
+    holders, rows, diagnosis = surveyed(s)
+    assert holders[0]['peer_gpus'] == [] and rows[0]['free'] is True and diagnosis == []
