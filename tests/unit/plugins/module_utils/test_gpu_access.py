@@ -77,7 +77,7 @@ def test_blind_diagnosis_says_run_as_root_first_and_never_reset():
     hidden = snap([gpu(0, used=1000, processes=[(777, 1000)]), gpu(1, used=500)], [], missing=[777])
     holders, _clients, unconfirmed = decide.classify(hidden, [], set())
     rows = decide.gpu_table(hidden, holders, [0, 1], 128)
-    diagnosis = decide.diagnose(hidden, holders, unconfirmed, rows, BLIND)
+    diagnosis = decide.diagnose(hidden, holders, unconfirmed, rows, blind_sentence=BLIND)
     assert diagnosis[0] == BLIND
     assert diagnosis[1:] == [
         'GPU 0: NVML lists PID 777 (1000 MiB), which this module cannot see: run as root (become: true).',
