@@ -36,9 +36,9 @@ description:
     process, NVML PIDs that do not exist here, D-state holders, zombies, holders whose
     systemd unit would restart them, and peer memory (NCCL, CUDA IPC) that a process with its
     context on another GPU keeps allocated.
-  - Without root (no C(CAP_SYS_PTRACE)), other users' processes are unreadable or, with
+  - 'Without root (no C(CAP_SYS_PTRACE)), other users'' processes are unreadable or, with
     C(hidepid), invisible; RV(diagnosis) then says first "Run as root (become: true)" and never
-    blames unexplained memory on a leaked context.
+    blames unexplained memory on a leaked context.'
   - Read-only; never changes the host.
 author:
   - gpuops.reclaim maintainers (@gpuops)

@@ -112,8 +112,8 @@ options:
       - As the last resort, C(nvidia-smi --gpu-reset) a GPU that is still held with no process
         left on it (a leaked context).
       - Refused, before anything is signalled, when the module cannot read other users'
-        processes (not root, no C(CAP_SYS_PTRACE)): memory it cannot explain is then no evidence
-        of a leak. Run as root (C(become: true)).
+        processes (not root, no C(CAP_SYS_PTRACE)), since memory it cannot explain is then no
+        evidence of a leak. Run as root (C(become=true)).
     type: bool
     default: false
   spare_units:

@@ -464,8 +464,8 @@ def s8_nccl_peer_memory(ctx):
     diag = seen.get('diagnosis') or []
     ctx.num('diagnosis', diag)
     h = _by_pid(seen, rank1)
-    ctx.num('rank1_entry', h and dict((k, h.get(k)) for k in ('name', 'kind', 'gpus', 'context_gpus',
-                                                             'peer_gpus', 'evidence')))
+    fields = ('name', 'kind', 'gpus', 'context_gpus', 'peer_gpus', 'evidence')
+    ctx.num('rank1_entry', h and dict((k, h.get(k)) for k in fields))
     ctx.check('gpu_holders lists rank 1 with peer_gpus [0]', h is not None and h.get('peer_gpus') == [0],
               h and h.get('peer_gpus'))
     ctx.check('the diagnosis names rank 1, GPU 1 and the peers lever',

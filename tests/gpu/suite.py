@@ -279,7 +279,7 @@ class Suite(object):
         log = os.path.join(self.work, 'log-%02d-%s.txt' % (self.counter, label))
         max_life = max(30.0, self.left() + 30.0)
         argv = list(prefix) + [self.python, WORKLOAD, kind, '--ready', ready, '--max-life', '%.0f' % max_life,
-                '--backend', self.backend, '--marker', self.run_id] + list(args)
+                               '--backend', self.backend, '--marker', self.run_id] + list(args)
         with open(log, 'w') as handle:
             proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=self.env(), cwd=self.work)
