@@ -7,6 +7,10 @@ A pipeline and a drift timer may both reclaim the same node; two ladders interle
 signals and verdicts would report each other's work. The second run waits (bounded) for the
 first, then surveys what the first left, so it reports what it found after it.
 
+The file is not the reclaim_timer role's lock (/run/lock/gpuops-reclaim.lock), which its run
+script holds around a whole ansible-playbook run: taking that one here would wait on our own
+caller. That lock keeps whole runs apart; this one keeps ladders apart, whoever started them.
+
 flock(2) locks belong to the open file description: the kernel drops the lock when the
 holder exits, however it exits, so a killed run never leaves a stale lock behind.
 """
@@ -21,7 +25,7 @@ import os
 import time
 
 LOCK_DIRS = ('/run/lock', '/var/lock', '/tmp')
-LOCK_NAME = 'gpuops-reclaim.lock'
+LOCK_NAME = 'gpuops-gpu-reclaim.lock'
 
 
 class LockTimeout(Exception):

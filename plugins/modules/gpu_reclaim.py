@@ -142,10 +142,12 @@ options:
   lock_timeout:
     description:
       - Seconds to wait for another gpu_reclaim run on the same host (a pipeline and a drift
-        timer, say) to finish. Runs take a host lock (C(flock) on C(/run/lock/gpuops-reclaim.lock))
+        timer, say) to finish. Runs take a host lock (C(flock) on C(/run/lock/gpuops-gpu-reclaim.lock))
         so their ladders never interleave; the waiting run then surveys what the first left and
         reports that. When the wait runs out the task fails naming the other run, having
         signalled nothing. Check mode takes no lock.
+      - This lock is apart from the C(gpuops.reclaim.reclaim_timer) role's run lock, which its
+        script holds around a whole playbook run; a run under that lock still takes this one.
     type: float
     default: 300.0
 extends_documentation_fragment:
@@ -350,7 +352,7 @@ host_lock:
       description: "What the other run wrote into the lock file (C(PID N since TIME)), or null when none was waited for."
       type: str
       returned: always
-  sample: {path: /run/lock/gpuops-reclaim.lock, waited_s: 4.21, waited_for: "PID 20817 since 2026-11-30T22:41:07+0000"}
+  sample: {path: /run/lock/gpuops-gpu-reclaim.lock, waited_s: 4.21, waited_for: "PID 20817 since 2026-11-30T22:41:07+0000"}
 msg:
   description: When not free, what is left and the next lever.
   returned: failure

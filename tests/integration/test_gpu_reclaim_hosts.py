@@ -15,7 +15,7 @@ RECLAIM = "gpuops.reclaim.gpu_reclaim"
 HOLDERS = "gpuops.reclaim.gpu_holders"
 FAST = {"term_timeout": 1.5, "release_timeout": 3, "nvml_timeout": 5}
 LAB_USER = "gpulab"
-LOCK = "/run/lock/gpuops-reclaim.lock"
+LOCK = "/run/lock/gpuops-gpu-reclaim.lock"
 ADVICE = re.compile(r"reset|reboot", re.IGNORECASE)
 
 
