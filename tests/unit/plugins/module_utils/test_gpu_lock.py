@@ -18,6 +18,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import Hos
 with HostLock(5, path=sys.argv[1]):
     print('held', flush=True)
     time.sleep(float(sys.argv[2]))
+    print(time.time(), flush=True)   # the last moment it surely holds the lock
 """
 
 
@@ -40,7 +41,8 @@ def test_second_run_waits_for_the_first_then_proceeds(tmp_path):
     path = str(tmp_path / 'l')
     first = holder(path, 1.0)
     with gpu_lock.HostLock(20, path=path, poll_s=0.02) as lock:
-        assert first.poll() is not None, 'got the lock while the first run still held it'
+        acquired_at = time.time()
+        assert acquired_at >= float(first.stdout.readline()), 'got the lock while the first still held it'
         assert lock.waited_s > 0.3
         assert lock.held_by.startswith('PID %d since ' % first.pid)
     first.wait()
