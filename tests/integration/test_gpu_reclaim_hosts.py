@@ -133,7 +133,7 @@ def test_overlapping_runs_serialize_and_the_second_reports_what_it_found(lab, no
     (pid,) = sc._python_scenario(lab, node, "slowdie", SLOW_TO_DIE, 4, 800, "true", "SIGTERM-catching holder")
     first = {}
     runner = threading.Thread(target=lambda: first.update(
-        lab.module(node, RECLAIM, dict(FAST, gpus=["4"], term_timeout=15))))
+        lab.module(node, RECLAIM, dict(FAST, gpus=["4"], term_timeout=40))))
     runner.start()
     try:
         sc.wait_until(lab, node, "! flock -n %s true" % LOCK, "the first run holds the host lock", timeout=60)

@@ -150,8 +150,9 @@ def run(args):
             "spawned": spawned,
             "forked": forked,
             "processes": [{"pid": p, "start_time": start_time(p)} for p in spawned + forked],
-            "allocations": [{"gpu": c.index, "minor": c.minor, "mib": c.mib, "peer": c.peer}
-                            for c in contexts],
+            # Peer memory is marked; ordinary contexts keep the record they always had.
+            "allocations": [dict({"gpu": c.index, "minor": c.minor, "mib": c.mib},
+                                 **({"peer": True} if c.peer else {})) for c in contexts],
             "time": time.time(),
         })
     _keep = (contexts, children)    # noqa: F841 - the memory lives as long as these do
