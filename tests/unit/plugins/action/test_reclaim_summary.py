@@ -1,17 +1,8 @@
 """The run summary's per-host record (action reclaim_summary): pure function over host variables."""
 from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record
 
-ROW = {"index": 2, "memory_used_mib": 76000, "memory_total_mib": 81920, "free": False, "holders": [194909],
-       "uuid": "GPU-x", "handles": []}
-RESULT = {
-    "changed": True, "elapsed_s": 0.21,
-    "before": [ROW], "after": [dict(ROW, memory_used_mib=0, free=True, holders=[])],
-    "holders": [{"pid": 194909, "name": "sglang::schedul", "cmdline": "sglang::scheduler_TP2", "unit": None,
-                 "protected": False}],
-    "actions": [{"at_s": 0.012, "step": "sigterm", "pid": 194909, "name": "sglang::schedul",
-                 "result": "exited after SIGTERM in 0.12 s"}],
-    "remaining": [],
-}
+# The same gpu_reclaim result the report's tests read.
+from ..filter.test_gpu_report import RESULT
 
 
 def test_summary_record_of_a_freed_host_without_server():
