@@ -451,9 +451,13 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
             sentences.append('%s runs in another PID namespace (a container) than this module.'
                              % _who(holder))
     if snapshot.unreadable and not blind_sentence:
+        # Not blind means this module holds CAP_SYS_PTRACE: "run as root" would be the wrong
+        # lever (seen on a real H200 VM whose sandbox init refuses even root).
         pids = sorted(set(entry[0] for entry in snapshot.unreadable))
-        sentences.append('Could not read the fds or maps of %d process(es) (%s): run as root to see '
-                         'every holder.' % (len(pids), ', '.join(str(p) for p in pids[:10])))
+        sentences.append('Could not read the fds or maps of %d process(es) (%s) although this module '
+                         'may read every process: a security policy (AppArmor, SELinux, Yama, a '
+                         'sandbox) refuses it; a GPU holder among them is not seen here.'
+                         % (len(pids), ', '.join(str(p) for p in pids[:10])))
     return sentences
 
 

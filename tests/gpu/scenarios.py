@@ -535,7 +535,7 @@ def s10_container_init(ctx):
     if os.geteuid() != 0:
         raise Skip('unshare --pid needs root (euid %d)' % os.geteuid())
     ready = suite.wait_ready(suite.start('hold', ['--gpu', '0:1024', '--title', '%s s10-container-init'
-                                                  % suite.run_id], 's10', prefix=[unshare, '--pid', '--fork']))
+                                                  % suite.run_id], 's10', prefix=[unshare, '--pid', '--fork', '--mount-proc']))
     pid = ready['pid']
     ctx.num('holder', dict((k, ready.get(k)) for k in ('pid', 'ns_pid', 'ppid', 'comm')))
     if ready.get('ns_pid') != 1:

@@ -100,3 +100,15 @@ def test_unreadable_listed_process_is_a_holder_not_a_foreign_pid():
     msg = decide.failure_message(rows, [dict(holders[0], reason='survived the ladder')], 1.0, False, blind_sentence=BLIND)
     assert 'PID 777 (python3) sleeping: run as root (become: true) to signal it' in msg
     assert 'reset' not in msg[len(BLIND):]
+
+
+def test_unreadable_process_while_not_blind_names_a_security_policy_not_root():
+    # Root with CAP_SYS_PTRACE, yet a process's fds are refused (a real H200 VM refused even
+    # root its sandbox init, PID 1): "run as root" would send the operator nowhere.
+    s = snap([gpu(0, used=0)], [proc(1)])
+    s.unreadable = [(1, 'fd', 'Permission denied')]
+    rows = decide.gpu_table(s, [], [0], 128)
+    sentences = decide.diagnose(s, [], [], rows)
+    text = [t for t in sentences if 'Could not read' in t]
+    assert len(text) == 1 and '(1)' in text[0] and 'security policy' in text[0], sentences
+    assert 'run as root' not in text[0]
