@@ -51,6 +51,7 @@ def test_catastrophic_pattern_fails_in_bounded_time_naming_it():
 
 def test_the_evaluating_child_is_gone_after_a_timeout():
     hostile = patterns.PatternSet(['(a+)+$'], 'match', timeout_s=0.5)
+
     def children():
         with open('/proc/self/task/%d/children' % os.getpid()) as handle:
             return set(handle.read().split())
