@@ -526,6 +526,14 @@ def s9_stopped_holder(ctx):
 
 # --- 10 ---------------------------------------------------------------------------------------------------
 
+def _ppid(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as handle:
+            return int(handle.read().rsplit(')', 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def s10_container_init(ctx):
     """PID 1 of its own PID namespace (`unshare --pid --fork`, as `docker run` without --init), no runtime."""
     suite = ctx.suite
@@ -534,9 +542,16 @@ def s10_container_init(ctx):
         raise Skip('no unshare(1) on this machine')
     if os.geteuid() != 0:
         raise Skip('unshare --pid needs root (euid %d)' % os.geteuid())
-    ready = suite.wait_ready(suite.start('hold', ['--gpu', '0:1024', '--title', '%s s10-container-init'
-                                                  % suite.run_id], 's10', prefix=[unshare, '--pid', '--fork', '--mount-proc']))
-    pid = ready['pid']
+    # --mount-proc gives the holder its own /proc, as docker does; without it CUDA failed to
+    # initialise as PID 1 on the H200 VM (error 304). The holder then knows only its namespace
+    # PID (1): its host PID is the one child of the unshare process the runner started.
+    started = suite.start('hold', ['--gpu', '0:1024', '--title', '%s s10-container-init' % suite.run_id], 's10',
+                          prefix=[unshare, '--pid', '--fork', '--mount-proc'])
+    ready = suite.wait_ready(started)
+    children = [int(p) for p in os.listdir('/proc') if p.isdigit() and _ppid(int(p)) == started[0].pid]
+    if len(children) != 1:
+        raise StepError('unshare (PID %d) has children %s, not exactly one holder' % (started[0].pid, children))
+    pid = ready['pid'] = children[0]
     ctx.num('holder', dict((k, ready.get(k)) for k in ('pid', 'ns_pid', 'ppid', 'comm')))
     if ready.get('ns_pid') != 1:
         raise StepError('the holder is PID %s in its namespace, not 1: unshare did not give it one' % ready.get('ns_pid'))

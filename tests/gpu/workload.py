@@ -153,7 +153,8 @@ def parse_gpu(text):
 def identity():
     """Who we are as the runner sees us. Under `unshare --pid --fork` (no --mount-proc) getpid()
     is 1, the PID in our own namespace, while /proc is still the runner's: /proc/self names
-    the PID the runner and the modules see."""
+    the PID the runner and the modules see. With --mount-proc it names the namespace PID too,
+    and the runner finds the host PID itself."""
     with open('/proc/self/comm') as handle:
         comm = handle.read().strip()
     with open('/proc/self/cmdline', 'rb') as handle:
