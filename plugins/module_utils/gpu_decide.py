@@ -75,17 +75,6 @@ def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructur
     return None
 
 
-def compile_patterns(patterns, option):
-    """Compile user regexes; a bad one raises ValueError naming the option and the value."""
-    compiled = []
-    for pattern in patterns or []:
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise ValueError('%s: %r is not a valid regular expression (%s)' % (option, pattern, exc))
-    return compiled
-
-
 def resolve_gpus(requested, gpus, exclude=()):
     """Indices of the requested GPUs (index, UUID or PCI bus id) less the excluded ones; every
     GPU when none is requested.

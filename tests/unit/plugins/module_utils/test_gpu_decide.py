@@ -191,12 +191,6 @@ def test_spared_holders_neither_hold_their_gpu_nor_count_their_memory_nor_are_ta
     assert decide.gpu_table(s, holders, [0], 128)[0]['free'] is False
 
 
-def test_compile_patterns_names_the_bad_regex():
-    with pytest.raises(ValueError) as err:
-        decide.compile_patterns(['ok', '(unclosed'], 'protect')
-    assert "protect: '(unclosed'" in str(err.value)
-
-
 def test_gpu_free_needs_low_memory_and_no_context():
     s = snap([gpu(0, used=0), gpu(1, used=50), gpu(2, used=5000), gpu(3, used=10, processes=[(10, 10)])],
              [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
