@@ -7,6 +7,7 @@ __metaclass__ = type
 import yaml
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, survey_result
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import NvmlTimeout
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
 
@@ -34,9 +35,13 @@ def holders_results():
     return [survey_result(wedged), survey_result(free())]
 
 
-def reclaim_results():
-    """Results of every path: free at once, freed, failed with a reset, check mode, interrupted."""
-    results = [
+def reclaim_results(lock_path):
+    """Results of every path: free at once, freed, failed with a reset, check mode, interrupted,
+    and a real run under the host lock, as gpu_reclaim's main() adds it."""
+    with HostLock(5, path=lock_path) as lock:
+        locked = Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor=ScriptedActor()).run()
+    locked['host_lock'] = lock.report()
+    results = [locked,
         Ladder(ScriptedSurveyor(free()), actor=ScriptedActor()).run(),
         Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor=ScriptedActor()).run(),
         Ladder(ScriptedSurveyor(held_by((10, 'exits-on-kill'), (11, 'stuck'))), actor=ScriptedActor(),
@@ -66,13 +71,14 @@ def test_gpu_holders_returns_exactly_what_it_documents():
     assert keys_of(h for r in results for h in r['holders']) == set(doc['holders']['contains'])
 
 
-def test_gpu_reclaim_returns_exactly_what_it_documents():
+def test_gpu_reclaim_returns_exactly_what_it_documents(tmp_path):
     doc = documented(gpu_reclaim)
-    results = reclaim_results()
+    results = reclaim_results(str(tmp_path / 'gpu-reclaim.lock'))
     assert keys_of(results) - ANSIBLE_KEYS == set(doc) - ANSIBLE_KEYS
     assert keys_of(a for r in results for a in r['actions']) == set(doc['actions']['contains'])
     holder_doc = set(documented(gpu_holders)['holders']['contains'])
     assert keys_of(h for r in results for h in r['holders'] + r['spared']) <= holder_doc
+    assert keys_of(r['host_lock'] for r in results if 'host_lock' in r) == set(doc['host_lock']['contains'])
     assert keys_of(h for r in results for h in r['remaining']) == holder_doc | {'reason'}
 
 
