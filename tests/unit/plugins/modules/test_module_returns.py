@@ -41,7 +41,8 @@ def reclaim_results(lock_path):
     with HostLock(5, path=lock_path) as lock:
         locked = Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor=ScriptedActor()).run()
     locked['host_lock'] = lock.report()
-    results = [locked,
+    results = [
+        locked,
         Ladder(ScriptedSurveyor(free()), actor=ScriptedActor()).run(),
         Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor=ScriptedActor()).run(),
         Ladder(ScriptedSurveyor(held_by((10, 'exits-on-kill'), (11, 'stuck'))), actor=ScriptedActor(),
