@@ -63,10 +63,16 @@ def host_load():
     return nprocs, nfds
 
 
+# GPUs 0-2 hold only memory NVML charges to live holders; GPU 3 holds memory no process does
+# (a leak), which makes any survey that selects it read every process's fds and maps.
+HELD_GPUS = ["0", "1", "2"]
+LEAKED_GPU = 3
+
+
 # --- the tools ----------------------------------------------------------------------------
 
-def tool_survey(flow, dev_dir, deep=False):
-    survey = flow.Surveyor(dev_dir=dev_dir, nvml_timeout=30).survey(deep=deep)
+def tool_survey(flow, dev_dir, deep=False, full=True, gpus=HELD_GPUS):
+    survey = flow.Surveyor(dev_dir=dev_dir, nvml_timeout=30, gpus=gpus).survey(deep=deep, full=full)
     return set(h["pid"] for h in survey.holders) | set(c["pid"] for c in survey.clients)
 
 
@@ -126,6 +132,7 @@ def start_holders(root, reaper):
     """A TP-2 holder (parent + spawned child), a holder whose forked child inherits its fds and
     mappings, and a monitor with only nvidiactl open. Returns {name: set(pids)}."""
     bl.fakegpu(root, "setup", "--gpus", "4", "--memory-mib", "81920")
+    bl.fakegpu(root, "leak", "--gpu", str(LEAKED_GPU), "--mib", "3000")
     tp = bl.start_hold(root, reaper, ["--gpu", "0:4000", "--child", "1:4000:sglang::scheduler_TP1",
                                       "--title", "sglang::main"], "tp")
     fork = bl.start_hold(root, reaper, ["--gpu", "2:2000", "--fork-inherit",
@@ -188,6 +195,10 @@ def main():
         # (key, label, fn, expected pid set, what it is expected to see)
         ("survey", "gpu_holders: Surveyor.survey()", lambda: tool_survey(flow, dev_dir),
          fd_holders, "contexts + inherited + monitor (as client)"),
+        ("listed", "handles=false, NVML explains all memory", lambda: tool_survey(flow, dev_dir, full=False),
+         groups["contexts_nvml"], "the cheap case (gpu_reclaim's surveys): NVML's PIDs only"),
+        ("listed_leak", "handles=false, + a GPU with a leak", lambda: tool_survey(flow, dev_dir, full=False, gpus=[]),
+         fd_holders, "the worst case: listed, then every fd, then every maps"),
         ("deep", "gpu_holders deep (reads every maps)", lambda: tool_survey(flow, dev_dir, True),
          fd_holders, "what survey() does when memory is held and no context explains it"),
         ("scan", "observe.scan_processes() alone", lambda: tool_scan(observe, dev_dir),
@@ -220,10 +231,11 @@ def main():
               "holders": {k: sorted(v) for k, v in groups.items()},
               "tools": {}}
     base = bl.stats(samples["survey"])["median_s"]
+    fuser_s = bl.stats(samples["fuser"])["median_s"]
     print()
     print("Scan benchmark: %d processes, %d open fds on the host (load: %d procs, %d fds); "
           "%d reps, alternating" % (host_procs, host_fds, nprocs, nfds, args.reps))
-    print("%-44s %9s %9s %9s  %-7s %s" % ("tool", "median s", "min s", "x survey", "holders",
+    print("%-44s %9s %9s %9s %8s  %-7s %s" % ("tool", "median s", "min s", "x survey", "x fuser", "holders",
                                           "found the expected PIDs?"))
     for key, label, _unused, expected, note in tools:
         st = bl.stats(samples[key])
@@ -233,9 +245,11 @@ def main():
         ok = got == expected
         verdict = "yes" if ok and stable else "NO: missing %s extra %s%s" % (
             sorted(expected - got), sorted(got - expected), "" if stable else " (varied)")
-        print("%-44s %9.3f %9.3f %9.2f  %-7d %s (%s)"
-              % (label, st["median_s"], st["min_s"], st["median_s"] / base, len(got), verdict, note))
+        print("%-44s %9.3f %9.3f %9.2f %8.3f  %-7d %s (%s)"
+              % (label, st["median_s"], st["min_s"], st["median_s"] / base, st["median_s"] / fuser_s,
+                 len(got), verdict, note))
         result["tools"][key] = dict(st, label=label, ratio_to_survey=st["median_s"] / base,
+                                    ratio_to_fuser=st["median_s"] / fuser_s,
                                     pids=sorted(got), expected=sorted(expected), correct=ok,
                                     stable=stable)
     print("(nvidia-smi here is tests/fakegpu/nvidia-smi, a Python stand-in reading the stand-in "

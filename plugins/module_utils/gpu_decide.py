@@ -135,6 +135,31 @@ def orphaned_gpus(snapshot, free_threshold_mib):
     return orphaned
 
 
+def full_scan_reason(snapshot, selected, free_threshold_mib):
+    """Why a snapshot that read only the processes NVML lists is not enough, or None.
+
+    It is enough when NVML charges every used MiB of each selected GPU, beyond what
+    free_threshold_mib allows, to processes that live here (not gone, not zombies, not from
+    another namespace) and hold the device: then contexts are NVML's list and no other process
+    can hold that memory. Otherwise a forked child with inherited mappings, or a process that
+    closed its fds, may hold it: every process must be read.
+    """
+    for gpu in snapshot.gpus:
+        if gpu.index not in selected:
+            continue
+        charged = 0
+        for pid, mib in gpu.processes:
+            proc = snapshot.procs.get(pid)
+            if proc is None or proc.state in ('zombie', 'zombie-leader') or not (proc.dev_fds or proc.dev_maps):
+                return 'GPU %d: NVML lists PID %d, which holds nothing here' % (gpu.index, pid)
+            if mib is None:
+                return 'GPU %d: NVML gives no memory for PID %d' % (gpu.index, pid)
+            charged += mib
+        if gpu.used_mib - charged > free_threshold_mib:
+            return 'GPU %d: %d MiB used, %d MiB charged to processes' % (gpu.index, gpu.used_mib, charged)
+    return None
+
+
 def context_gpus_of(evidence, listed, orphaned):
     """Where a process holds a context, from its evidence per GPU.
 

@@ -176,8 +176,16 @@ class Surveyor(object):
                 units.add(unit)
         return units
 
-    def survey(self, deep=False):
-        snapshot = observe.take_snapshot(self.backend, self.nvml_timeout, proc=self.proc, deep=deep)
+    def survey(self, deep=False, full=True):
+        """Observe and classify. With `full` false, only the processes NVML lists are read when
+        that explains every used MiB of the selected GPUs (gpu_decide.full_scan_reason); every
+        process is read otherwise. Handles, clients and peers need `full`."""
+        snapshot = observe.take_snapshot(self.backend, self.nvml_timeout, proc=self.proc, deep=deep,
+                                         listed_only=not full)
+        if snapshot.scan == 'listed':
+            selected = decide.resolve_gpus(self.requested, snapshot.gpus, self.exclude)
+            if decide.full_scan_reason(snapshot, selected, self.free_threshold_mib):
+                return self.survey(deep=deep, full=True)
         texts = set()
         for proc in snapshot.procs.values():
             texts.update((proc.name, proc.cmdline))
@@ -198,7 +206,7 @@ class Surveyor(object):
         if not deep and held - explained:
             # Memory is held and no context explains it: a process may have closed its fds
             # but kept its mappings. Read every process's maps before calling it invisible.
-            return self.survey(deep=True)
+            return self.survey(deep=True, full=True)
         return survey
 
     def _survey(self, snapshot, selected, holders, clients, unconfirmed, spared):
@@ -287,6 +295,7 @@ def survey_result(survey):
         'free': survey.free,
         'diagnosis': survey.diagnosis,
         'backend': survey.snapshot.backend,
+        'scan': survey.snapshot.scan,
     }
 
 
@@ -354,15 +363,22 @@ class Ladder(object):
         self.actions.append(action)
         return action
 
-    def _look(self):
-        """A new survey, as check mode's recorded steps would have left it."""
-        return self.surveyor.without(self.surveyor.survey(), getattr(self.actor, 'ended', None))
+    def _look(self, full=False):
+        """A new survey, as check mode's recorded steps would have left it.
+
+        The ladder signals context holders only, so it reads only the processes NVML lists
+        when they explain all the memory (Surveyor.survey); peers are found by their
+        mappings, and a reset is skipped while any process has the device open: both need
+        every process read.
+        """
+        survey = self.surveyor.survey(full=full or self.peers)
+        return self.surveyor.without(survey, getattr(self.actor, 'ended', None))
 
     # --- the ladder -------------------------------------------------------------------------
 
     def run(self):
         self.started = self.clock()
-        first = self.surveyor.survey()
+        first = self.surveyor.survey(full=self.peers)
         if first.free:
             return self._result(first, first)
         try:
@@ -406,7 +422,7 @@ class Ladder(object):
         if not current.free:
             current = self._wait_release(current)
         if not current.free and self.allow_reset:
-            current = self._reset(current)
+            current = self._reset(self._look(full=True))
         return current
 
     def _targets(self, survey):

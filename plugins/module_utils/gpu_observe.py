@@ -115,7 +115,7 @@ class Snapshot(object):
     """Everything one scan saw, taken as close together in time as possible."""
 
     def __init__(self, gpus, procs, backend, own_pid, own_pidns, unreadable, nvml_missing_pids,
-                 taken_at, infrastructure=(), related_names=None):
+                 taken_at, infrastructure=(), related_names=None, scan='full'):
         self.gpus = gpus                      # list of GpuState, all GPUs of the host
         self.procs = procs                    # pid -> ProcState for every process that matters
         self.backend = backend
@@ -127,6 +127,8 @@ class Snapshot(object):
         self.infrastructure = tuple(infrastructure)  # the backend's daemon names: never signalled
         # pid -> name of the parents and tracers of `procs` that are not in `procs` themselves
         self.related_names = related_names or {}
+        # 'full': every process was read; 'listed': only the processes the driver lists
+        self.scan = scan
 
 
 def bounded(fn, timeout, timeout_message):
@@ -328,18 +330,19 @@ def _fill_details(info, proc):
         info.wchan = optional('wchan', lambda raw: raw.decode('utf-8', 'replace').strip() or None)
 
 
-def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=()):
+def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=(), only_extra=False):
     """Every process that has a device node starting with one of `node_paths` open or mapped.
 
     Maps are read for processes with device fds and for `extra_pids` (the ones the driver
     lists); with `deep`, for every process, which also finds a process that closed its fds but
-    kept its mappings. Processes that exit mid-scan are skipped. Returns (procs, unreadable),
-    unreadable a list of (pid, what, reason).
+    kept its mappings. With `only_extra`, only `extra_pids` are read (the cheap scan: no other
+    process is looked at). Processes that exit mid-scan are skipped. Returns (procs,
+    unreadable), unreadable a list of (pid, what, reason).
     """
     node_paths = tuple(node_paths)
     procs, unreadable = {}, []
     extra = set(extra_pids)
-    for pid in _pids(proc):
+    for pid in (sorted(p for p in extra if p > 0) if only_extra else _pids(proc)):
         base = '%s/%d' % (proc, pid)
         try:
             fds, maps = _devices(base, pid, node_paths, deep or pid in extra, unreadable)
@@ -442,13 +445,15 @@ def runtime_details(owner, timeout=10):
     return gpu_owner.parse_inspect(row['parse'], out.stdout)
 
 
-def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False):
+def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False, listed_only=False):
     """One observation of the GPUs (through `backend`, a gpu_vendor.GpuBackend) and of every
-    process that holds them."""
+    process that holds them; with `listed_only`, of the processes the driver lists only
+    (gpu_decide.full_scan_reason says when that is enough)."""
     started = time.time()
     gpus = backend.read_gpus(nvml_timeout)
     nvml_pids = set(entry[0] for gpu in gpus for entry in gpu.processes)
-    procs, unreadable = scan_processes(backend.node_paths(), proc=proc, deep=deep, extra_pids=nvml_pids)
+    procs, unreadable = scan_processes(backend.node_paths(), proc=proc, deep=deep, extra_pids=nvml_pids,
+                                       only_extra=listed_only and not deep)
     # Driver-listed PIDs that the scan could not read are either gone, impossible, or outside
     # this PID namespace; a PID of 0 or above pid_max can never resolve.
     missing = sorted(pid for pid in nvml_pids if pid not in procs)
@@ -459,7 +464,8 @@ def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False):
     return Snapshot(gpus=gpus, procs=procs, backend=backend.name, own_pid=os.getpid(),
                     own_pidns=own_pidns, unreadable=unreadable, nvml_missing_pids=missing,
                     taken_at=started, infrastructure=backend.infrastructure,
-                    related_names=_related_names(procs, proc))
+                    related_names=_related_names(procs, proc),
+                    scan='listed' if listed_only and not deep else 'full')
 
 
 def _related_names(procs, proc):

@@ -49,6 +49,19 @@ attributes:
   diff_mode:
     support: none
     description: Nothing changes, so there is no diff.
+options:
+  handles:
+    description:
+      - Read every process's file descriptors and mappings, to report handle holders
+        (RV(gpus[].handles)), RV(clients) and peers as well as contexts.
+      - With V(false), when NVML charges every used MiB of the selected GPUs (beyond
+        O(free_threshold_mib)) to live processes here that have the device open, only those
+        processes are read, which costs a fraction of a scan of every process on a busy host;
+        RV(clients), handle holders and peers are then not looked for. Every process is still
+        read when memory is unexplained (a forked child holding an inherited context, a process
+        that closed its fds). RV(scan) says which was done.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - gpuops.reclaim.gpu_survey
 seealso:
@@ -324,6 +337,13 @@ backend:
   description: "Where GPU facts came from: nvml or nvidia-smi."
   returned: success
   type: str
+scan:
+  description:
+    - V(full) when every process was read; V(listed) when only the processes NVML lists were
+      (O(handles=false) and NVML explained all the memory).
+  returned: success
+  type: str
+  choices: [full, listed]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -334,13 +354,14 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC, handles=dict(type='bool', default=True)),
+                           supports_check_mode=True)
     error = survey_param_error(module.params)
     if error:
         module.fail_json(msg=error)
     try:
         surveyor = surveyor_from_params(module.params)
-        result = survey_result(surveyor.survey())
+        result = survey_result(surveyor.survey(full=module.params['handles']))
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))
     if surveyor.backend.warning:

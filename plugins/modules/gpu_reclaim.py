@@ -36,6 +36,13 @@ description:
     once;
   - 6. with O(allow_reset), resets a GPU that is still held with no process left on it
     (persistence mode off for the reset and restored), and verifies again.
+  - It signals context holders only, so it reads only the processes NVML lists when NVML
+    charges every used MiB of the selected GPUs (beyond O(free_threshold_mib)) to live processes
+    here, as M(gpuops.reclaim.gpu_holders) does with O(gpuops.reclaim.gpu_holders#module:handles=false);
+    every process is read whenever memory is unexplained (also in each rescan, so a forked child
+    holding a dead parent's context is found), with O(peers), and before a reset. Handle holders
+    (C(handles) in RV(before) and RV(after), handle-kind entries in RV(holders)) are then only
+    reported where every process was read.
   - Before every signal the PID is re-identified by its start time (through a pidfd where the
     kernel has them); a PID reused since detection is never signalled. PID 0, 1, negative
     PIDs, this module's own process tree and protected processes are never signalled.

@@ -409,3 +409,28 @@ def test_a_respawning_parent_is_a_target_only_when_it_matches_or_holds_nothing_a
     assert decide.respawner_lever(loop, [re.compile('sglang')], holds_gpu=False) == 'it does not match `match`'
     guarded = dict(loop, protected=True, protected_reason='GPU or cluster infrastructure (sshd)')
     assert decide.respawner_lever(guarded, [re.compile('.')], holds_gpu=False).startswith('it is protected')
+
+
+def test_listed_processes_are_enough_when_nvml_charges_all_memory_to_live_local_holders():
+    s = snap([gpu(0, used=4614 + 100, processes=[(10, 4614)]), gpu(1, used=900)],
+             [proc(10, fds=CTX, maps=CTX)])
+    assert decide.full_scan_reason(s, [0], 128) is None
+    # GPU 1 holds 900 MiB nobody is charged with, but it is not selected
+    assert decide.full_scan_reason(s, [1], 128) == 'GPU 1: 900 MiB used, 0 MiB charged to processes'
+
+
+@pytest.mark.parametrize('gpus, procs, why', [
+    # the parent NVML charges is gone: a forked child may hold its context through inherited maps
+    ([gpu(0, used=4614, processes=[(10, 4614)])], [], 'NVML lists PID 10, which holds nothing here'),
+    ([gpu(0, used=4614, processes=[(10, 4614)])], [proc(10, fds=CTX, maps=CTX, state='zombie')],
+     'NVML lists PID 10, which holds nothing here'),
+    # a PID of another namespace, or a reused one, resolving to a process without the device
+    ([gpu(0, used=4614, processes=[(10, 4614)])], [proc(10)], 'NVML lists PID 10, which holds nothing here'),
+    ([gpu(0, used=4614, processes=[(10, None)])], [proc(10, fds=CTX, maps=CTX)],
+     'NVML gives no memory for PID 10'),
+    # more used than charged, beyond the threshold: a process NVML does not list holds some
+    ([gpu(0, used=4614 + 129, processes=[(10, 4614)])], [proc(10, fds=CTX, maps=CTX)],
+     'GPU 0: 4743 MiB used, 4614 MiB charged to processes'),
+])
+def test_every_process_is_read_when_the_listed_ones_do_not_explain_the_memory(gpus, procs, why):
+    assert why in decide.full_scan_reason(snap(gpus, procs), [0], 128)

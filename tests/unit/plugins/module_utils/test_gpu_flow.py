@@ -61,8 +61,10 @@ class ScriptedSurveyor(object):
         self.kids = dict((pid, list(seq)) for pid, seq in kwargs.get('children', {}).items())
         self.pattern_sets = []
         self.access = ProcAccess(euid=0, user='root', can_read_all=True, hidepid=None)
+        self.full_asked = []   # the `full` of each survey() call, in order
 
-    def survey(self, deep=False):
+    def survey(self, deep=False, full=True):
+        self.full_asked.append(full)
         step = self.script.pop(0) if self.script else self.last
         if isinstance(step, Exception):
             raise step
@@ -481,3 +483,15 @@ def test_a_parent_that_exits_after_its_child_ends_the_settle_window_at_once():
     settle = result['actions'][-1]
     assert settle['step'] == 'settle' and actor.polls[-1] == 1, 'the window ends with its last parent'
     assert settle['result'].startswith('no respawn by these parents')
+
+
+def test_the_ladder_reads_only_listed_processes_but_every_one_before_a_reset_and_with_peers():
+    leak = survey_of([gpu(7, used=3072)], [])
+    surveyor = ScriptedSurveyor(leak, leak, free())
+    ladder(surveyor, ScriptedActor(), allow_reset=True).run()
+    # the first survey may stop at NVML's list (Surveyor.survey falls back to every process
+    # itself when that list leaves memory unexplained); the one a reset is decided on may not
+    assert surveyor.full_asked[0] is False and surveyor.full_asked[1] is True
+    surveyor = ScriptedSurveyor(leak)
+    ladder(surveyor, ScriptedActor(), peers=True).run()
+    assert surveyor.full_asked and set(surveyor.full_asked) == {True}

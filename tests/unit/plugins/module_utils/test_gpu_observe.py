@@ -64,6 +64,23 @@ def test_scan_finds_an_open_device_node_by_prefix(tmp_path):
     assert all(entry[0] != os.getpid() for entry in unreadable)
 
 
+def test_a_listed_only_scan_reads_the_given_pids_and_no_other(tmp_path):
+    node = tmp_path / 'nvidia3'
+    node.write_bytes(b'')
+    prefix = (str(tmp_path) + '/nvidia',)
+    with open(str(node), 'rb'):
+        holder = subprocess.Popen(['sleep', '30'])
+        try:
+            # this test process and the child (which inherited nothing) both exist; only the
+            # child is asked for, and a PID of 0 is never read
+            procs, _unused = observe.scan_processes(prefix, extra_pids=[holder.pid, 0], only_extra=True)
+            assert set(procs) == {holder.pid} and procs[holder.pid].dev_fds == set()
+            procs, _unused = observe.scan_processes(prefix, extra_pids=[holder.pid])
+            assert os.getpid() in procs and procs[os.getpid()].dev_fds == {str(node)}
+        finally:
+            holder.kill()
+            holder.wait()
+
 def test_children_of_lists_a_new_child_and_a_gone_parent_raises():
     child = subprocess.Popen(['sleep', '30'])
     try:
