@@ -124,6 +124,23 @@ def test_inherited_handles_of_dead_owner_freed(lab, node):
     assert_all_free(lab, node, result, [5])
 
 
+def test_a_live_parent_is_ended_first_and_the_rescan_finds_its_inheriting_child(lab, node):
+    # NVML charges the memory to the live parent, so the first survey reads only the PIDs NVML
+    # lists and cannot see the child; once the parent is gone NVML charges a dead PID, and the
+    # rescan must read every process to find the child that keeps the context.
+    rec = sc.hold(lab, node, "forkinh2", "--gpu", "6:700", "--fork-inherit")
+    (child,) = rec["forked"]
+    child_start = [p["start_time"] for p in rec["processes"] if p["pid"] == child][0]
+
+    result = ok(reclaim(lab, node, gpus=["6"]))
+
+    assert [h["pid"] for h in result["holders"]] == [rec["pid"]], "the first survey saw NVML's PID only"
+    ended = signalled(result, "sigterm") | signalled(result, "sigkill")
+    assert {rec["pid"], child} <= ended
+    assert "rescan" in [a["step"] for a in result["actions"]]
+    assert not sc.alive(lab, node, child, child_start)
+    assert_all_free(lab, node, result, [6])
+
 def test_protected_and_unselected_untouched(lab, node):
     # nvidia-persistenced as on a real host: the GPU's device node open, no context.
     sc.start_in_scope(lab, node, "persistenced", "bash -c %s" % sc.shlex.quote(
