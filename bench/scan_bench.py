@@ -199,6 +199,8 @@ def main():
          groups["contexts_nvml"], "the cheap case (gpu_reclaim's surveys): NVML's PIDs only"),
         ("listed_leak", "handles=false, + a GPU with a leak", lambda: tool_survey(flow, dev_dir, full=False, gpus=[]),
          fd_holders, "the worst case: listed, then every fd, then every maps"),
+        ("leak", "gpu_holders, + a GPU with a leak", lambda: tool_survey(flow, dev_dir, gpus=[]),
+         fd_holders, "the same worst case as before handles=false: every fd, then every maps"),
         ("deep", "gpu_holders deep (reads every maps)", lambda: tool_survey(flow, dev_dir, True),
          fd_holders, "what survey() does when memory is held and no context explains it"),
         ("scan", "observe.scan_processes() alone", lambda: tool_scan(observe, dev_dir),
