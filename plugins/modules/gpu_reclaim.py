@@ -317,7 +317,7 @@ holders:
   description:
     - The holders of the selected GPUs as the first survey found them, the same list
       M(gpuops.reclaim.gpu_holders) returns in its C(holders) (with
-      O(gpuops.reclaim.gpu_holders#module:handles=false): handle holders only where every process was read),
+      O(gpuops.reclaim.gpu_holders#module:handles=false), so handle holders only where every process was read),
       so that a caller needs no separate survey to decide or to report what was there.
   returned: always
   type: list
