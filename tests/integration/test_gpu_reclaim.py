@@ -141,6 +141,7 @@ def test_a_live_parent_is_ended_first_and_the_rescan_finds_its_inheriting_child(
     assert not sc.alive(lab, node, child, child_start)
     assert_all_free(lab, node, result, [6])
 
+
 def test_protected_and_unselected_untouched(lab, node):
     # nvidia-persistenced as on a real host: the GPU's device node open, no context.
     sc.start_in_scope(lab, node, "persistenced", "bash -c %s" % sc.shlex.quote(

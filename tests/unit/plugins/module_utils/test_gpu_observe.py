@@ -81,6 +81,7 @@ def test_a_listed_only_scan_reads_the_given_pids_and_no_other(tmp_path):
             holder.kill()
             holder.wait()
 
+
 def test_children_of_lists_a_new_child_and_a_gone_parent_raises():
     child = subprocess.Popen(['sleep', '30'])
     try:
