@@ -237,8 +237,8 @@ def main():
     print()
     print("Scan benchmark: %d processes, %d open fds on the host (load: %d procs, %d fds); "
           "%d reps, alternating" % (host_procs, host_fds, nprocs, nfds, args.reps))
-    print("%-44s %9s %9s %9s %8s  %-7s %s" % ("tool", "median s", "min s", "x survey", "x fuser",
-                                               "holders", "found the expected PIDs?"))
+    header = ("tool", "median s", "min s", "x survey", "x fuser", "holders", "found the expected PIDs?")
+    print("%-44s %9s %9s %9s %8s  %-7s %s" % header)
     for key, label, _unused, expected, note in tools:
         st = bl.stats(samples[key])
         sets = found[key]
