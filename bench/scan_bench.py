@@ -65,7 +65,7 @@ def host_load():
 
 # GPUs 0-2 hold only memory NVML charges to live holders; GPU 3 holds memory no process does
 # (a leak), which makes any survey that selects it read every process's fds and maps.
-HELD_GPUS = ["0", "1", "2"]
+HELD_GPUS = ("0", "1", "2")
 LEAKED_GPU = 3
 
 

@@ -319,3 +319,26 @@ def test_hung_nvml_fails_clearly(lab, node):
     assert "nvml_timeout" in result["msg"] and "2" in result["msg"], result["msg"]
     assert "hung" in result["msg"]
     assert sc.alive(lab, node, holder["pid"], holder["start_time"])
+
+
+def test_handles_false_reads_only_nvml_pids_when_they_explain_the_memory(lab, node):
+    ctx = sc.hold(lab, node, "ctx", "--gpu", "2:1000")
+    sc.python_in_scope(lab, node, "handle2", (
+        "import os, time\n"
+        "f = os.open('/dev/nvidia2', os.O_RDONLY)\n"
+        "open('/run/gpuops-t/handle2.pid', 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n"))
+    sc.wait_until(lab, node, "[ -s /run/gpuops-t/handle2.pid ]", "fd opener")
+    handle = int(lab.exec(node, "cat /run/gpuops-t/handle2.pid").stdout)
+    lab.exec(node, "fakegpu leak --gpu 7 --mib 2048")
+
+    full = run_ok(lab, node, {"gpus": ["2"]})
+    cheap = run_ok(lab, node, {"gpus": ["2"], "handles": False})
+    leaked = run_ok(lab, node, {"handles": False})
+
+    assert full["scan"] == "full" and row(full, 2)["handles"] == [handle]
+    assert cheap["scan"] == "listed"
+    assert cheap["holders"] == [holders_by_pid(full)[ctx["pid"]]], "the same context holder, nothing else"
+    assert row(cheap, 2)["holders"] == [ctx["pid"]] and row(cheap, 2)["handles"] == []
+    # GPU 7's memory is charged to nobody: every process is read, the handle is found again
+    assert leaked["scan"] == "full" and handle in holders_by_pid(leaked)
