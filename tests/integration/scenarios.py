@@ -74,6 +74,23 @@ def python_in_scope(lab, node, name, code):
     start_in_scope(lab, node, name, "python3 -c %s" % shlex.quote(code))
 
 
+def start_fd_opener(lab, node, name, device):
+    """A process (scope gpuops-t-<name>) that only opens `device` read-only and sleeps: a
+    monitor's or a handle's shape. Returns nothing; read its PID with fd_opener_pid."""
+    python_in_scope(lab, node, name, (
+        "import os, time\n"
+        "f = os.open(%r, os.O_RDONLY)\n"
+        "open('/run/gpuops-t/%s.pid', 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n") % (device, name))
+
+
+def fd_opener_pid(lab, node, *names):
+    """Wait until every named opener wrote its PID; return the PIDs in that order."""
+    paths = ["/run/gpuops-t/%s.pid" % name for name in names]
+    wait_until(lab, node, " && ".join("[ -s %s ]" % p for p in paths), "fd opener(s) %s" % ", ".join(names))
+    return [int(lab.exec(node, "cat %s" % p).stdout) for p in paths]
+
+
 def start_unit(lab, node, *hold_args, restart="always", unit=UNIT):
     """A holder run as service `unit` with Restart=`restart`; returns the ready record."""
     path = ready_path(unit)

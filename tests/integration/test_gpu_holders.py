@@ -100,19 +100,9 @@ def test_protected_processes_are_marked(lab, node):
 
 
 def test_clients_and_handles_apart(lab, node):
-    sc.python_in_scope(lab, node, "ctl", (
-        "import os, time\n"
-        "f = os.open('/dev/nvidiactl', os.O_RDONLY)\n"
-        "open('/run/gpuops-t/ctl.pid', 'w').write(str(os.getpid()))\n"
-        "time.sleep(300)\n"))
-    sc.python_in_scope(lab, node, "handle", (
-        "import os, time\n"
-        "f = os.open('/dev/nvidia4', os.O_RDONLY)\n"
-        "open('/run/gpuops-t/handle.pid', 'w').write(str(os.getpid()))\n"
-        "time.sleep(300)\n"))
-    sc.wait_until(lab, node, "[ -s /run/gpuops-t/ctl.pid ] && [ -s /run/gpuops-t/handle.pid ]", "fd openers")
-    ctl = int(lab.exec(node, "cat /run/gpuops-t/ctl.pid").stdout)
-    handle = int(lab.exec(node, "cat /run/gpuops-t/handle.pid").stdout)
+    sc.start_fd_opener(lab, node, "ctl", "/dev/nvidiactl")
+    sc.start_fd_opener(lab, node, "handle", "/dev/nvidia4")
+    ctl, handle = sc.fd_opener_pid(lab, node, "ctl", "handle")
 
     result = run_ok(lab, node)
 
@@ -323,13 +313,8 @@ def test_hung_nvml_fails_clearly(lab, node):
 
 def test_handles_false_reads_only_nvml_pids_when_they_explain_the_memory(lab, node):
     ctx = sc.hold(lab, node, "ctx", "--gpu", "2:1000")
-    sc.python_in_scope(lab, node, "handle2", (
-        "import os, time\n"
-        "f = os.open('/dev/nvidia2', os.O_RDONLY)\n"
-        "open('/run/gpuops-t/handle2.pid', 'w').write(str(os.getpid()))\n"
-        "time.sleep(300)\n"))
-    sc.wait_until(lab, node, "[ -s /run/gpuops-t/handle2.pid ]", "fd opener")
-    handle = int(lab.exec(node, "cat /run/gpuops-t/handle2.pid").stdout)
+    sc.start_fd_opener(lab, node, "handle2", "/dev/nvidia2")
+    handle, = sc.fd_opener_pid(lab, node, "handle2")
     lab.exec(node, "fakegpu leak --gpu 7 --mib 2048")
 
     full = run_ok(lab, node, {"gpus": ["2"]})
