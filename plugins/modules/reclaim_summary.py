@@ -31,9 +31,9 @@ attributes:
     description: Nothing on a host changes.
 options:
   path:
-    description: The file to write (on the controller), replaced atomically.
+    description: The file to write (on the controller), replaced atomically. Empty writes no file.
     type: path
-    required: true
+    default: ""
   hosts:
     description: The hosts of the run.
     type: list
@@ -41,6 +41,13 @@ options:
     required: true
   check_mode:
     description: Whether the run was in check mode, recorded as is.
+    type: bool
+    default: false
+  report:
+    description:
+      - Also return, and print without C(-v), every host's before/after table (the gpus_free role's report:
+        GPUs, holders, each action with its time and result), each line prefixed with the host's name.
+      - One task on the controller for the whole run instead of a report task per host.
     type: bool
     default: false
 """
@@ -51,14 +58,20 @@ EXAMPLES = r"""
     path: /var/lib/gpuops-reclaim/last-run.json
     hosts: "{{ ansible_play_hosts_all }}"
     check_mode: "{{ ansible_check_mode }}"
+    report: true
   run_once: true
 """
 
 RETURN = r"""
 path:
-  description: The file written.
+  description: The file written; null when O(path) is empty.
   returned: always
   type: str
+msg:
+  description: Every host's before/after table, one line per GPU and per action, each prefixed with the host's name.
+  returned: when O(report) is true
+  type: list
+  elements: str
 hosts:
   description: How many hosts it covers.
   returned: always
@@ -75,9 +88,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(path=dict(type='path', required=True),
+        argument_spec=dict(path=dict(type='path', default=''),
                            hosts=dict(type='list', elements='str', required=True),
-                           check_mode=dict(type='bool', default=False)),
+                           check_mode=dict(type='bool', default=False),
+                           report=dict(type='bool', default=False)),
         supports_check_mode=True,
     )
     module.fail_json(msg='reclaim_summary runs on the controller through its action plugin; '

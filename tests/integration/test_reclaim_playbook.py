@@ -103,5 +103,9 @@ def test_a_failed_batch_stops_the_rollout_and_the_summary_says_why(two_nodes):
     assert 0 not in after, "GPU 0 is the server's: the stray play must leave it out (%s)" % after
     assert not sc.alive(lab, second, orphan["pid"], orphan["start_time"])
     assert summary["hosts"][second]["changed"] is True
+    # Every host's table is printed once, by the summary task, each line naming its host.
+    assert "%s: == GPUs reclaimed in " % second in out, out
+    assert "%s: GPU 3: 20000/" % second in out and "%s: " % second + "GPU 0:" not in out, out
+    assert "s sigterm %d " % orphan["pid"] in out, out
     assert "fatal: [%s]" % second not in out, out
     assert "fatal: [%s]" % first in out, out

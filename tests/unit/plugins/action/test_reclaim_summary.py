@@ -1,5 +1,5 @@
 """The run summary's per-host record (action reclaim_summary): pure function over host variables."""
-from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record
+from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record, host_report
 
 # The same gpu_reclaim result the report's tests read.
 from ..filter.test_gpu_report import RESULT
@@ -22,3 +22,19 @@ def test_summary_record_of_a_failed_server_and_of_an_unreachable_host():
     assert record["status"] == "failed" and record["failure"] == failure
     assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000}
     assert host_record({})["status"] == "no result (unreachable)"
+
+
+def test_summary_report_names_each_line_with_its_host():
+    lines = host_report("gpu-a01", {"gpus_free_result": RESULT}, host_record({"gpus_free_result": RESULT}), False)
+    assert lines[0] == "gpu-a01: == GPUs reclaimed in 0.21 s =="
+    assert lines[1].startswith("gpu-a01: GPU 2: 76000/81920 MiB -> 0 MiB free")
+    # The line the demo's log parser reads: host, time, step, target, name, result.
+    assert lines[2] == "gpu-a01:     0.01s sigterm 194909 sglang::schedul: exited after SIGTERM in 0.12 s"
+
+
+def test_summary_report_of_a_failed_reclaim_of_a_plan_and_of_an_unreachable_host():
+    failed = dict(RESULT, failed=True, after=[])
+    assert host_report("a", {"gpus_free_result": failed}, host_record({}), False)[0] == "a: == GPUs NOT freed in 0.21 s =="
+    plan = host_report("b", {"gpus_free_result": RESULT}, host_record({}), True)
+    assert plan[0] == "b: == Reclaim plan (check mode, nothing signalled) =="
+    assert host_report("c", {}, host_record({}), False) == ["c: == no result (unreachable) =="]
