@@ -46,14 +46,29 @@ def ensure_stand_in_env(prefix):
     return None  # not reached
 
 
-def import_collection():
-    if COLLECTIONS not in sys.path:
-        sys.path.insert(0, COLLECTIONS)
-    link = os.path.join(COLLECTIONS, "ansible_collections", "gpuops", "reclaim")
+def import_collection(collections=COLLECTIONS):
+    """gpu_flow and gpu_observe of the collection under `collections` (this checkout's link by
+    default; a tree from collection_at for an older commit)."""
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    link = os.path.join(collections, "ansible_collections", "gpuops", "reclaim")
     if not os.path.exists(link):
         raise SystemExit("collection link %s missing: run `make collection-link`" % link)
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow, gpu_observe
     return gpu_flow, gpu_observe
+
+
+def collection_at(ref, parent):
+    """The collection's playbooks, roles, plugins and metadata as of git commit REF, extracted
+    to PARENT/ansible_collections/gpuops/reclaim; returns that path."""
+    tree = os.path.join(parent, "ansible_collections", "gpuops", "reclaim")
+    os.makedirs(tree)
+    archive = subprocess.run(["git", "-C", REPO, "archive", ref, "galaxy.yml", "meta", "plugins", "roles",
+                              "playbooks"], capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise SystemExit("--before %s: git archive failed: %s" % (ref, archive.stderr.decode()))
+    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    return tree
 
 
 class Reaper:

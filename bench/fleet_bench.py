@@ -76,18 +76,6 @@ def commands(inventory, before=None):
     return cmds
 
 
-def collection_at(ref, parent):
-    """The collection's playbooks, roles, plugins and metadata as of git commit REF."""
-    tree = os.path.join(parent, "ansible_collections", "gpuops", "reclaim")
-    os.makedirs(tree)
-    archive = subprocess.run(["git", "-C", bl.REPO, "archive", ref, "galaxy.yml", "meta", "plugins", "roles",
-                              "playbooks"], capture_output=True, check=False)
-    if archive.returncode != 0:
-        raise SystemExit("--before %s: git archive failed: %s" % (ref, archive.stderr.decode()))
-    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
-    return tree
-
-
 def timed(argv, env, log):
     """Run argv; return (wall s, controller CPU s of it and its reaped descendants, rc)."""
     started = time.monotonic()
@@ -163,7 +151,7 @@ def main():
     bl.log("lab up %d (LAB_STATE=%s LAB_ADDR_BASE=%s)" % (args.hosts, os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"]))
     inventory = lab("up", str(args.hosts)).strip().splitlines()[-1]
     logdir = tempfile.mkdtemp(prefix="bench-fleet-")
-    before = (args.before, collection_at(args.before, logdir)) if args.before else None
+    before = (args.before, bl.collection_at(args.before, logdir)) if args.before else None
     cmds = commands(inventory, before)
     if before:
         methods += ["reclaim.yml@" + args.before, "check@" + args.before]

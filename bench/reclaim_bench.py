@@ -17,10 +17,15 @@ Methods, alternated trial by trial:
   manual   pkill -f run_inference; sleep 1; pkill -9 -f sglang; sleep 3; pkill -9 python3;
            sleep 2; fuser -k ROOT/dev/nvidia*; sleep 2                 (the seeds' sequence)
   force    Ladder(..., force=True)                                      (no grace: "all levers")
+  ladder@REF, force@REF   with --before REF: the same, with plugins/ as of git commit REF
 
-Time to free is measured from outside the namespace by polling the stand-in NVML every 20 ms.
+Time to free is measured from outside the namespace by polling the stand-in NVML every 20 ms,
+from the moment the driver starts the method: for the Ladder that includes importing the
+collection's module_utils (compiled from source, as AnsiballZ runs them on a managed host),
+building the Surveyor, and Ladder.run; each is also timed on its own.
 
     bench/reclaim_bench.py [--reps 3] [--methods ladder,manual,force] [--term-timeout 5]
+                           [--before REF]
 
 Prints a table and writes bench/results/reclaim.json. No assertion on time.
 """
@@ -32,6 +37,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -154,13 +160,20 @@ def build_wedge(root):
     return holders, innocents
 
 
-def run_ladder(root, term_timeout, force):
-    flow, _unused = bl.import_collection()
+def run_ladder(root, term_timeout, force, collections):
+    started = time.monotonic()
+    flow, _unused = bl.import_collection(collections)
+    imported = time.monotonic()
     surveyor = flow.Surveyor(dev_dir=os.path.join(root, "dev"), nvml_timeout=10)
+    built = time.monotonic()
     ladder = flow.Ladder(surveyor, term_timeout=term_timeout, release_timeout=10, passes=3,
                          force=force)
     res = ladder.run()
+    signals = [a["at_s"] for a in res["actions"] if a["step"] in ("sigterm", "sigkill")]
     return {"ladder_free": res["free"], "ladder_elapsed_s": res["elapsed_s"],
+            "import_s": imported - started, "surveyor_s": built - imported,
+            # when the first signal's action was recorded, from the start of Ladder.run
+            "first_signal_s": min(signals) if signals else None,
             "steps": [(a["at_s"], a["step"], a.get("pid"), a.get("name"), a["result"])
                       for a in res["actions"]],
             "msg": res.get("msg")}
@@ -188,7 +201,8 @@ def driver(args):
     if args.inner == "manual":
         detail = run_manual(root)
     else:
-        detail = run_ladder(root, args.term_timeout, force=args.inner == "force")
+        detail = run_ladder(root, args.term_timeout, force=args.inner.startswith("force"),
+                            collections=args.collections)
     returned = time.monotonic()
     deadline = returned + SETTLE_S
     used = nvml_used()
@@ -243,7 +257,7 @@ class Poller(threading.Thread):
             time.sleep(0.02)
 
 
-def trial(method, root, reaper, term_timeout, timeout=90):
+def trial(method, root, reaper, term_timeout, collections, timeout=90):
     for name in os.listdir(root):   # the last trial's ready/pid/result files (dirs are fakegpu's)
         if os.path.isfile(os.path.join(root, name)):
             os.unlink(os.path.join(root, name))
@@ -254,8 +268,12 @@ def trial(method, root, reaper, term_timeout, timeout=90):
     poller.start()
     cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
            sys.executable, os.path.realpath(__file__), "--inner", method, "--root", root,
-           "--term-timeout", str(term_timeout)]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL)
+           "--term-timeout", str(term_timeout), "--collections", collections]
+    # Only the tree under test on the path: `ansible_collections` is a namespace package, so
+    # a second tree would lend an old commit the modules it lacks.
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and p != bl.COLLECTIONS]
+    env = dict(os.environ, PYTHONPATH=":".join([collections] + path))
+    proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL, env=env)
     reaper.group(proc.pid)
     try:
         proc.wait(timeout=timeout)
@@ -300,12 +318,52 @@ def trial(method, root, reaper, term_timeout, timeout=90):
     return res
 
 
+def print_ladder_times(methods, summary, labels):
+    """Where the Ladder's time to free goes: import, Surveyor, first signal, Ladder.run."""
+    ladders = [m for m in methods if "import_s_median" in summary[m]]
+    if not ladders:
+        return
+    print()
+    print("%-38s %13s %13s %13s %13s %13s" % ("Ladder: median (min)", "import ms", "Surveyor ms",
+                                             "1st signal ms", "run ms", "free ms"))
+    for m in ladders:
+        s = summary[m]
+        cells = []
+        for key, scale in (("import_s", 1e3), ("surveyor_s", 1e3), ("first_signal_s", 1e3),
+                           ("ladder_elapsed_s", 1e3)):
+            cells.append("%5.0f (%4.0f)" % (s[key + "_median"] * scale, s[key + "_min"] * scale)
+                         if key + "_median" in s else "-")
+        cells.append("%5.0f (%4.0f)" % (s["free_s_median"] * 1e3, s["free_s_min"] * 1e3)
+                     if s["free_s_median"] is not None else "never")
+        print("%-38s %13s %13s %13s %13s %13s" % tuple([labels.get(m, m)] + cells))
+    print("import: importing gpu_flow (the collection's module_utils, compiled from source); "
+          "Surveyor: building it (backend, access; pynvml is already imported by the driver); "
+          "1st signal: from the start of Ladder.run; run: Ladder.run's elapsed_s.")
+
+
+def print_ratios(methods, summary, before):
+    """manual/ladder and force/ladder, today's and, with --before, as of REF."""
+    def ratio(num, den):
+        a, b = summary.get(num, {}).get("free_s_median"), summary.get(den, {}).get("free_s_median")
+        return "%.2f" % (a / b) if a and b else "-"
+    print()
+    print("time-to-free ratios (medians): manual/ladder %s, force/ladder %s"
+          % (ratio("manual", "ladder"), ratio("force", "ladder")))
+    if before and "manual" in methods:
+        print("                    as of %s: manual/ladder %s, force/ladder %s"
+              % (before, ratio("manual", "ladder@" + before),
+                 ratio("force@" + before, "ladder@" + before)))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--methods", default="ladder,manual,force")
     parser.add_argument("--term-timeout", type=float, default=5.0)
+    parser.add_argument("--before", metavar="REF",
+                        help="also run ladder@REF and force@REF: the Ladder as of git commit REF")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
+    parser.add_argument("--collections", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="reclaim.json")
     args = parser.parse_args()
@@ -317,12 +375,20 @@ def main():
     reaper.path(root)
     bl.import_collection()
     methods = args.methods.split(",")
+    trees = {m: bl.COLLECTIONS for m in methods}
+    if args.before:
+        old = tempfile.mkdtemp(prefix="reclaimbench-before-")
+        reaper.path(old)
+        bl.collection_at(args.before, old)
+        for m in [m for m in methods if m != "manual"]:
+            trees[m + "@" + args.before] = old
+            methods.insert(methods.index(m) + 1, m + "@" + args.before)
     t_all = time.monotonic()
     results = {m: [] for m in methods}
     for rep in range(args.reps):
         order = methods[rep % len(methods):] + methods[:rep % len(methods)]
         for method in order:
-            res = trial(method, root, reaper, args.term_timeout)
+            res = trial(method, root, reaper, args.term_timeout, trees[method])
             results[method].append(res)
             bl.log("rep %d %-6s free at %s s, returned %.2f s, held after %s, innocents dead %s"
                    % (rep + 1, method, "%.2f" % res["free_s"] if res["free_s"] is not None
@@ -348,10 +414,18 @@ def main():
             "innocents_killed": sorted(set(n for r in rs for n in r["innocents_dead"])),
             "holders_left": sorted(set(n for r in rs for n in r["holders_alive"])),
         }
+        for key in ("import_s", "surveyor_s", "first_signal_s", "ladder_elapsed_s"):
+            values = [r["detail"].get(key) for r in rs if r["detail"].get(key) is not None]
+            if values:
+                summary[m][key + "_median"] = med(values)
+                summary[m][key + "_min"] = min(values)
     base = summary.get("ladder", summary[methods[0]])["free_s_median"]
     labels = {"ladder": "Ladder (gpu_reclaim, term_timeout=%g)" % args.term_timeout,
               "manual": "seeds' manual sequence (pkill/fuser)",
               "force": "Ladder force=True (no grace)"}
+    if args.before:
+        labels["ladder@" + args.before] = "Ladder @%s" % args.before
+        labels["force@" + args.before] = "Ladder force=True @%s" % args.before
     print()
     print("Reclaim benchmark: 8 stand-in GPUs, TP-8 orphans + TERM-ignoring holder + [kworker/3:1] "
           "stray; innocents gpu-monitor (nvidiactl only) and python3; %d reps, alternating"
@@ -372,10 +446,12 @@ def main():
             fmt(s["returned_s_median"]), s["gpu_s_held_median"], s["gpus_free_by_1s_median"], GPUS,
             s["gpus_left_held_max"], ", ".join(s["innocents_killed"]) or "none"))
     print("free s: first 20 ms NVML poll (outside the namespace) with all 8 GPUs <= %d MiB, from "
-          "the first action; return s: when the method itself finished (manual: its sleeps); "
+          "the start of the method (the Ladder's includes importing the collection); return s: when the method itself finished (manual: its sleeps); "
           "GPU*s held: GPU-seconds of capacity still held after the first action; free by 1 s: "
           "GPUs free 1 s after the first action; GPUs held: left held %g s after the method "
           "returned (max over trials)." % (FREE_MIB, SETTLE_S))
+    print_ladder_times(methods, summary, labels)
+    print_ratios(methods, summary, args.before)
     for m in methods:
         if summary[m]["holders_left"]:
             print("%s left holders alive: %s" % (m, ", ".join(summary[m]["holders_left"])))
