@@ -23,7 +23,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_patterns as patterns
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 
 
@@ -88,6 +87,24 @@ def reclaim_param_error(params):
     return survey_param_error(params)
 
 
+def pattern_set(values, option):
+    """The bounded patterns of a protect/match option (gpu_patterns.PatternSet); () when none
+    are given."""
+    if not values:
+        return ()
+    # Imported here: modules compile their module_utils at every run, and a run without
+    # protect/match needs none of the bounded search.
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_patterns
+    return gpu_patterns.PatternSet(values, option)
+
+
+def pattern_error():
+    """gpu_patterns.PatternError, for except clauses: Python evaluates one only once something
+    was raised, so a run without patterns never imports gpu_patterns for it."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_patterns
+    return gpu_patterns.PatternError
+
+
 def surveyor_from_params(params, spare_units=None):
     return Surveyor(gpus=params['gpus'], exclude=params['exclude'], nvml_timeout=params['nvml_timeout'],
                     protect=params['protect'], free_threshold_mib=params['free_threshold_mib'],
@@ -139,9 +156,10 @@ class Surveyor(object):
         self.exclude = exclude or []
         self.spare_units = frozenset(decide.unit_names(spare_units, 'spare_units'))
         self.nvml_timeout = nvml_timeout
-        self.protect = patterns.PatternSet(protect, 'protect')
-        # Other pattern sets (the ladder's match) evaluated on every survey, before any decision.
-        self.pattern_sets = [self.protect]
+        self.protect = pattern_set(protect, 'protect')
+        # The pattern sets (protect, the ladder's match) evaluated on every survey, before any
+        # decision; none when no patterns are given.
+        self.pattern_sets = [self.protect] if self.protect else []
         self.free_threshold_mib = free_threshold_mib
         self.proc = proc
         self.backend = backend or vendor.available_backend(dev_dir)
@@ -335,8 +353,9 @@ class Ladder(object):
         self.passes = passes
         self.stop_units = stop_units
         self.stop_containers = stop_containers
-        self.match = patterns.PatternSet(match, 'match')
-        surveyor.pattern_sets.append(self.match)
+        self.match = pattern_set(match, 'match')
+        if self.match:
+            surveyor.pattern_sets.append(self.match)
         self.peers = peers
         self.force = force
         self.allow_reset = allow_reset
@@ -383,7 +402,7 @@ class Ladder(object):
             return self._result(first, first)
         try:
             last = self._climb(first)
-        except (observe.ObserveError, patterns.PatternError) as exc:
+        except (observe.ObserveError, pattern_error()) as exc:
             # The driver stopped answering after the ladder acted: say what was done so far.
             return self._interrupted(first, exc)
         # Check mode changed nothing: the GPUs are as the first survey found them.

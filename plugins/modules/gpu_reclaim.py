@@ -375,9 +375,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
-    RECLAIM_ARGUMENT_SPEC, SURVEY_ARGUMENT_SPEC, ladder_from_params, reclaim_param_error)
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock, LockTimeout
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_patterns import PatternError
+    RECLAIM_ARGUMENT_SPEC, SURVEY_ARGUMENT_SPEC, ladder_from_params, pattern_error, reclaim_param_error)
 
 
 def main():
@@ -396,15 +394,19 @@ def main():
         if module.check_mode:
             result = ladder.run()
         else:
-            # One ladder per host at a time; the lock goes with this process, however it ends.
-            with HostLock(params['lock_timeout']) as lock:
-                result = ladder.run()
+            # Imported here: the module's files are compiled at every run, and check mode
+            # takes no lock.
+            from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock, LockTimeout
+            try:
+                # One ladder per host at a time; the lock goes with this process, however it ends.
+                with HostLock(params['lock_timeout']) as lock:
+                    result = ladder.run()
+            except LockTimeout as exc:
+                module.fail_json(msg=str(exc), actions=[], elapsed_s=round(time.monotonic() - started, 3))
             result['host_lock'] = lock.report()
-    except PatternError as exc:
+    except pattern_error() as exc:
         module.fail_json(msg='%s. Nothing was signalled.' % exc, actions=[],
                          elapsed_s=round(time.monotonic() - started, 3))
-    except LockTimeout as exc:
-        module.fail_json(msg=str(exc), actions=[], elapsed_s=round(time.monotonic() - started, 3))
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))
     if ladder.surveyor.backend.warning:

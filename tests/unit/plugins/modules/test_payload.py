@@ -1,0 +1,64 @@
+"""The modules' AnsiballZ payloads carry every module_util they may import, also those imported
+inside a function (gpu_patterns only with protect/match, gpu_lock only when the lock is taken,
+gpu_nvidia by the vendor table): a file missing from the zip would fail only on a managed host,
+and only on the path that needs it.
+
+The payload is built by ansible-core's own module_common.recursive_finder, as the controller
+does, in a child Python: the collection finder it needs would otherwise take over the
+`ansible_collections` imports of the other tests.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+COLLECTIONS = os.path.join(REPO, '.build', 'collections')
+MODULE_UTILS = 'ansible_collections/gpuops/reclaim/plugins/module_utils/'
+
+BUILD = r'''
+import datetime, io, json, sys, zipfile
+from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+from ansible.executor.module_common import recursive_finder
+from ansible._internal._ansiballz._builder import ExtensionManager
+
+collections, name, path = sys.argv[1:]
+_AnsibleCollectionFinder(paths=[collections])._install()
+with open(path, 'rb') as handle:
+    source = handle.read()
+payload = zipfile.ZipFile(io.BytesIO(), mode='w')
+recursive_finder(name, 'ansible_collections.gpuops.reclaim.plugins.modules.' + name, source, payload,
+                 datetime.datetime.now(datetime.timezone.utc), ExtensionManager())
+print(json.dumps(payload.namelist()))
+'''
+
+
+def payload_module_utils(module):
+    """The collection's module_utils files in the AnsiballZ payload of `module`."""
+    if not os.path.isdir(os.path.join(COLLECTIONS, 'ansible_collections', 'gpuops', 'reclaim')):
+        pytest.skip('the collection link is missing: run `make collection-link`')
+    path = os.path.join(REPO, 'plugins', 'modules', module + '.py')
+    out = subprocess.run([sys.executable, '-c', BUILD, COLLECTIONS, module, path], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    names = json.loads(out.stdout.splitlines()[-1])
+    return set(n[len(MODULE_UTILS):] for n in names if n.startswith(MODULE_UTILS) and n != MODULE_UTILS + '__init__.py')
+
+
+def test_gpu_reclaim_payload_has_every_module_util():
+    # gpu_reclaim reaches all of them; gpu_patterns, gpu_lock and gpu_nvidia only from inside functions.
+    every = set(f for f in os.listdir(os.path.join(REPO, 'plugins', 'module_utils')) if f.endswith('.py'))
+    assert {'gpu_patterns.py', 'gpu_lock.py', 'gpu_nvidia.py'} <= every
+    assert payload_module_utils('gpu_reclaim') == every
+
+
+def test_gpu_holders_payload_has_what_it_imports():
+    shipped = payload_module_utils('gpu_holders')
+    assert {'gpu_flow.py', 'gpu_patterns.py', 'gpu_nvidia.py', 'gpu_observe.py'} <= shipped
+    assert 'gpu_lock.py' not in shipped   # only gpu_reclaim takes the host lock
