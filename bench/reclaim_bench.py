@@ -324,8 +324,8 @@ def print_ladder_times(methods, summary, labels):
     if not ladders:
         return
     print()
-    print("%-38s %13s %13s %13s %13s %13s" % ("Ladder: median (min)", "import ms", "Surveyor ms",
-                                             "1st signal ms", "run ms", "free ms"))
+    print("%-38s %13s %13s %13s %13s %13s" % (
+        "Ladder: median (min)", "import ms", "Surveyor ms", "1st signal ms", "run ms", "free ms"))
     for m in ladders:
         s = summary[m]
         cells = []
