@@ -78,6 +78,11 @@ def host_report(name, host, record, check_mode):
     reclaim = host.get('gpus_free_result')
     if not reclaim:
         lines = ['== %s ==' % record['status']]
+    elif not reclaim.get('failed') and not reclaim.get('actions') and all(row.get('free') for row in reclaim.get('before') or []):
+        # One line for a host with nothing to do: a drift check of a converged fleet is read for its drift.
+        lines = ['== GPUs already free, nothing to do: %s ==' % ', '.join(
+            'GPU %s %s/%s MiB' % (row.get('index'), row.get('memory_used_mib'), row.get('memory_total_mib'))
+            for row in reclaim.get('before') or [])]
     else:
         lines = gpu_report(reclaim, title='GPUs NOT freed' if reclaim.get('failed') else None, check_mode=check_mode)
     return ['%s: %s' % (name, line) for line in lines]

@@ -38,3 +38,10 @@ def test_summary_report_of_a_failed_reclaim_of_a_plan_and_of_an_unreachable_host
     plan = host_report("b", {"gpus_free_result": RESULT}, host_record({}), True)
     assert plan[0] == "b: == Reclaim plan (check mode, nothing signalled) =="
     assert host_report("c", {}, host_record({}), False) == ["c: == no result (unreachable) =="]
+
+
+def test_summary_report_of_a_host_with_nothing_to_do_is_one_line():
+    row = {"index": 0, "memory_used_mib": 0, "memory_total_mib": 81920, "free": True, "holders": []}
+    free = {"changed": False, "before": [row, dict(row, index=1, memory_used_mib=3)], "after": [], "actions": []}
+    assert host_report("d", {"gpus_free_result": free}, host_record({}), True) == [
+        "d: == GPUs already free, nothing to do: GPU 0 0/81920 MiB, GPU 1 3/81920 MiB =="]
