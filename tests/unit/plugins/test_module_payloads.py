@@ -4,7 +4,8 @@ gpu_nvidia by the vendor table): a file missing from the zip would fail only on 
 and only on the path that needs it.
 
 The payload is built by ansible-core's own module_common.recursive_finder, as the controller
-does, in a child Python: the collection finder it needs would otherwise take over the
+does (so this is a controller-side test, not under modules/, where ansible-test offers only
+module_utils), in a child Python: the collection finder it needs would otherwise take over the
 `ansible_collections` imports of the other tests.
 """
 
@@ -18,8 +19,12 @@ import sys
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-COLLECTIONS = os.path.join(REPO, '.build', 'collections')
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+# A checkout reaches itself through `make collection-link`; ansible-test's copy already sits at
+# .../ansible_collections/gpuops/reclaim.
+COLLECTIONS = (os.path.dirname(os.path.dirname(os.path.dirname(REPO)))
+               if os.path.basename(os.path.dirname(os.path.dirname(REPO))) == 'ansible_collections'
+               else os.path.join(REPO, '.build', 'collections'))
 MODULE_UTILS = 'ansible_collections/gpuops/reclaim/plugins/module_utils/'
 
 BUILD = r'''
