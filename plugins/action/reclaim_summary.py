@@ -29,7 +29,7 @@ GPU_FIELDS = ('index', 'memory_used_mib', 'memory_total_mib', 'free', 'holders')
 # What the run recorded on each host: registered results and set_fact values, data already
 # (read raw, untemplated: templating a gpu_reclaim result through hostvars cost about 12 ms
 # per host here, 12 s on 1,000 hosts).
-RUN_VARS = ('gpus_free_result', 'reclaim__failure', 'reclaim__batch', 'inference_service_info')
+RUN_VARS = ('gpus_free_result', 'reclaim__strays_result', 'reclaim__failure', 'reclaim__batch', 'inference_service_info')
 # Inventory variables, which may be templates: read through hostvars, only on hosts with a server.
 SERVER_VARS = ('inference_service_name', 'inference_service_flags')
 
@@ -74,10 +74,16 @@ def host_record(host):
 
 
 def host_report(name, host, record, check_mode):
-    """The gpus_free table of one host, each line prefixed with the host's name."""
-    reclaim = host.get('gpus_free_result')
+    """The table of one host's stray reclaim (play 1), each line prefixed with the host's name.
+
+    A host that went on to converge its server has its play-1 result kept as
+    reclaim__strays_result: the role's own reclaims registered gpus_free_result again and
+    printed their tables already."""
+    reclaim = host.get('reclaim__strays_result') or host.get('gpus_free_result')
     if not reclaim:
         lines = ['== %s ==' % record['status']]
+    elif not reclaim.get('failed') and not reclaim.get('before'):
+        lines = ['== no GPU to free: every GPU is excluded (an inference server\'s) or none was selected ==']
     elif not reclaim.get('failed') and not reclaim.get('actions') and all(row.get('free') for row in reclaim.get('before') or []):
         # One line for a host with nothing to do: a drift check of a converged fleet is read for its drift.
         lines = ['== GPUs already free, nothing to do: %s ==' % ', '.join(

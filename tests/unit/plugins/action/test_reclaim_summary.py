@@ -45,3 +45,12 @@ def test_summary_report_of_a_host_with_nothing_to_do_is_one_line():
     free = {"changed": False, "before": [row, dict(row, index=1, memory_used_mib=3)], "after": [], "actions": []}
     assert host_report("d", {"gpus_free_result": free}, host_record({}), True) == [
         "d: == GPUs already free, nothing to do: GPU 0 0/81920 MiB, GPU 1 3/81920 MiB =="]
+
+
+def test_summary_report_of_a_server_host_shows_its_stray_reclaim_not_the_roles():
+    strays = dict(RESULT, actions=[dict(RESULT["actions"][0], pid=4242)])
+    lines = host_report("e", {"gpus_free_result": RESULT, "reclaim__strays_result": strays}, host_record({}), False)
+    assert any("sigterm 4242 " in line for line in lines) and not any("sigterm 194909 " in line for line in lines)
+    excluded = dict(RESULT, before=[], after=[], actions=[], changed=False)
+    assert host_report("f", {"gpus_free_result": excluded}, host_record({}), False) == [
+        "f: == no GPU to free: every GPU is excluded (an inference server's) or none was selected =="]
