@@ -46,7 +46,7 @@ options:
   report:
     description:
       - Also return, and print without C(-v), every host's before/after table of the stray reclaim (the
-        gpus_free role's report of C(reclaim__strays_result), else of C(gpus_free_result): GPUs, holders,
+        gpus_free role's report of C(reclaim__strays_result), else of C(gpus_free_result); GPUs, holders,
         each action with its time and result), each line prefixed with the host's name. A host with
         nothing to do is one line.
       - One task on the controller for the whole run instead of a report task per host.
