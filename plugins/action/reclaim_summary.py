@@ -29,7 +29,8 @@ GPU_FIELDS = ('index', 'memory_used_mib', 'memory_total_mib', 'free', 'holders')
 # What the run recorded on each host: registered results and set_fact values, data already
 # (read raw, untemplated: templating a gpu_reclaim result through hostvars cost about 12 ms
 # per host here, 12 s on 1,000 hosts).
-RUN_VARS = ('gpus_free_result', 'reclaim__strays_result', 'reclaim__failure', 'reclaim__batch', 'inference_service_info')
+RUN_VARS = ('gpus_free_result', 'reclaim__strays_result', 'reclaim__failure', 'reclaim__batch', 'inference_service_info',
+            'inference_service__reasons')
 # Inventory variables, which may be templates: read through hostvars, only on hosts with a server.
 SERVER_VARS = ('inference_service_name', 'inference_service_flags')
 
@@ -50,9 +51,22 @@ def run_vars(hostvars, name):
     return found
 
 
+def _reclaim_record(reclaim):
+    return {'changed': bool(reclaim.get('changed')),
+            'gpus_before': _gpus(reclaim.get('before')),
+            'gpus_after': _gpus(reclaim.get('after')),
+            'elapsed_s': reclaim.get('elapsed_s'),
+            'actions': list(reclaim.get('actions') or [])}
+
+
 def host_record(host):
-    """The summary of one host from its variables (a mapping)."""
-    reclaim = host.get('gpus_free_result') or {}
+    """The summary of one host from its variables (a mapping).
+
+    The top-level GPUs and actions are the stray reclaim's (play 1). On a host whose server
+    the inference_service role converged, that result was kept as reclaim__strays_result and
+    gpus_free_result is the role's own last reclaim, recorded under server.gpus_reclaim."""
+    strays = host.get('reclaim__strays_result')
+    reclaim = strays or host.get('gpus_free_result') or {}
     failure = host.get('reclaim__failure')
     record = {
         'status': 'failed' if failure else 'ok' if reclaim else 'no result (unreachable)',
@@ -67,9 +81,16 @@ def host_record(host):
     }
     if host.get('inference_service_name') is not None:
         info = host.get('inference_service_info') or {}
+        reasons = list(host.get('inference_service__reasons') or [])
+        server_reclaim = host.get('gpus_free_result') if strays else None
         record['server'] = {'name': host.get('inference_service_name'),
                             'flags': host.get('inference_service_flags') or {},
-                            'max_total_num_tokens': info.get('max_total_num_tokens')}
+                            'max_total_num_tokens': info.get('max_total_num_tokens'),
+                            # Why the role (re)started it, or in check mode would: empty when converged.
+                            'restart_reasons': reasons,
+                            'gpus_reclaim': _reclaim_record(server_reclaim) if server_reclaim else None}
+        # A drift report reads `changed`: a server that needs (or got) a restart is a change.
+        record['changed'] = record['changed'] or bool(reasons) or bool(server_reclaim and server_reclaim.get('changed'))
     return record
 
 

@@ -17,7 +17,14 @@ description:
     C(gpus_free_result), C(inference_service_*) variables and recorded failure of each host, and writes one JSON file.
   - "Per host: C(status) (ok, failed, no result (unreachable)), C(changed), C(gpus_before) and C(gpus_after)
     (index, memory_used_mib, memory_total_mib, free, holders), C(reclaim_elapsed_s), C(actions) (with C(at_s)),
-    C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens) and C(failure) (stage, task, msg)."
+    C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens, restart_reasons, gpus_reclaim) and
+    C(failure) (stage, task, msg)."
+  - The top-level GPUs and actions are the stray reclaim's (the GPUs no server is assigned to). On a host whose
+    server was converged, C(server.gpus_reclaim) holds the inference_service role's own reclaim of the server's
+    GPUs (changed, gpus_before, gpus_after, elapsed_s, actions), and C(server.restart_reasons) why the role
+    restarted the server, or in check mode would (empty when it was converged).
+  - C(changed) is true when the stray reclaim changed something or, on a server host, when the server needed
+    (or got) a restart or its GPUs were reclaimed; a drift check tests it.
   - At the top level, C(check_mode), C(finished) (when the summary was written), C(server_batches_with_failures) (the rollout batches
     that had a failure; when one stopped the rollout, later batches were not converged).
 author:

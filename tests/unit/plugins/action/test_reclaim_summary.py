@@ -20,7 +20,9 @@ def test_summary_record_of_a_failed_server_and_of_an_unreachable_host():
                           "inference_service_name": "sglang", "inference_service_flags": {"tp_size": 8},
                           "inference_service_info": {"max_total_num_tokens": 116000}})
     assert record["status"] == "failed" and record["failure"] == failure
-    assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000}
+    assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000,
+                                "restart_reasons": [], "gpus_reclaim": None}
+    assert record["changed"] is False
     assert host_record({})["status"] == "no result (unreachable)"
 
 
@@ -54,3 +56,18 @@ def test_summary_report_of_a_server_host_shows_its_stray_reclaim_not_the_roles()
     excluded = dict(RESULT, before=[], after=[], actions=[], changed=False)
     assert host_report("f", {"gpus_free_result": excluded}, host_record({}), False) == [
         "f: == no GPU to free: every GPU is excluded (an inference server's) or none was selected =="]
+
+
+def test_summary_record_of_a_converged_server_host_keeps_both_reclaims_and_says_why_it_restarted():
+    strays = dict(RESULT, actions=[dict(RESULT["actions"][0], pid=4242)])
+    server_gpus = dict(RESULT, changed=False, actions=[])
+    record = host_record({"reclaim__strays_result": strays, "gpus_free_result": server_gpus,
+                          "inference_service_name": "sglang", "inference_service_flags": {"tp_size": 8},
+                          "inference_service__reasons": ["flags or unit changed"]})
+    assert [a["pid"] for a in record["actions"]] == [4242], "the top level is the stray reclaim (play 1)"
+    assert record["server"]["gpus_reclaim"]["changed"] is False and record["server"]["gpus_reclaim"]["actions"] == []
+    assert record["server"]["restart_reasons"] == ["flags or unit changed"]
+    assert record["changed"] is True
+    converged = host_record({"reclaim__strays_result": dict(strays, changed=False), "gpus_free_result": server_gpus,
+                             "inference_service_name": "sglang", "inference_service__reasons": []})
+    assert converged["changed"] is False
