@@ -6,6 +6,10 @@ what failed and why.
 Both nodes ask for a server on GPU 0 with a port no server can have (70000), so the
 inference_service role refuses it in its input checks, before touching anything; node2
 also has an orphaned TP rank on GPU 3, which no server is assigned to.
+
+The last test converges a real (stand-in) server through the playbook and reads the
+summary as a drift check does: the stray reclaim and the server's own reclaim apart,
+why the server was restarted, and `changed` false once nothing drifts.
 """
 
 import json
@@ -109,3 +113,65 @@ def test_a_failed_batch_stops_the_rollout_and_the_summary_says_why(two_nodes):
     assert "s sigterm %d " % orphan["pid"] in out, out
     assert "fatal: [%s]" % second not in out, out
     assert "fatal: [%s]" % first in out, out
+
+
+# A one-GPU stand-in SGLang server (tests/fakeserve, installed on every lab node).
+GOOD_SERVER = {"inference_service_name": "sglang", "inference_service_command": ["/usr/local/bin/fakeserve"],
+               "inference_service_gpus": ["0"], "inference_service_host": "{{ ansible_host }}",
+               "inference_service_port": 30000, "inference_service_env": {"FAKESERVE_LOAD_SECONDS": "1"},
+               "inference_service_stop_timeout": 15, "inference_service_health_timeout": 60,
+               "inference_service_health_delay": 1,
+               "inference_service_flags": {"model_path": "/models/m", "tp_size": 1, "mem_fraction_static": 0.8},
+               "gpus_free_term_timeout": 2}
+SERVER_RESET = ("systemctl stop sglang 2>/dev/null; rm -f /etc/systemd/system/sglang.service /etc/gpuops/*; "
+                "systemctl daemon-reload; true")
+
+
+@pytest.fixture
+def server_node(lab, clean_gpus):
+    node = lab.nodes[0]
+    sc.cleanup(lab, node)
+    lab.exec(node, SERVER_RESET)
+    tmp = tempfile.mkdtemp(prefix="reclaim-play-")
+    shutil.copy(lab.inventory, os.path.join(tmp, "inventory.ini"))
+    os.mkdir(os.path.join(tmp, "host_vars"))
+    with open(os.path.join(tmp, "host_vars", node + ".yml"), "w") as f:
+        json.dump(GOOD_SERVER, f)
+    yield lab, node, tmp
+    lab.exec(node, SERVER_RESET)
+    sc.cleanup(lab, node)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_converged_server_host_records_both_reclaims_and_a_drift_check_reads_changed(server_node):
+    lab, node, tmp = server_node
+    orphan = orphan_on_gpu3(lab, node)
+    run, summary = run_playbook(tmp, [node])
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    host = summary["hosts"][node]
+    assert host["status"] == "ok" and host["changed"] is True, host
+    # The top level is the stray reclaim of play 1: GPU 3 freed, the server's GPU 0 left out.
+    assert [g["index"] for g in host["gpus_after"]] == [1, 2, 3, 4, 5, 6, 7], host["gpus_after"]
+    assert ("sigterm", orphan["pid"]) in [(a["step"], a.get("pid")) for a in host["actions"]], host["actions"]
+    # The server's own part: why it was started, and the role's reclaim of its GPU.
+    server = host["server"]
+    assert server["restart_reasons"] and "flags or unit changed" in server["restart_reasons"], server
+    assert server["gpus_reclaim"] is not None and [g["index"] for g in server["gpus_reclaim"]["gpus_after"]] == [0]
+    assert server["max_total_num_tokens"], server
+    assert "%s: == GPUs reclaimed in " % node in out, out
+
+    # Nothing drifted since: the check reports the host unchanged, the server converged.
+    run, summary = run_playbook(tmp, [node], "--check", "--diff")
+    host = summary["hosts"][node]
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert host["changed"] is False and host["server"]["restart_reasons"] == [], host
+
+    # The flags drift (wanted now differs from what runs): the check says so, changing nothing.
+    with open(os.path.join(tmp, "host_vars", node + ".yml"), "w") as f:
+        json.dump(dict(GOOD_SERVER, inference_service_flags=dict(GOOD_SERVER["inference_service_flags"],
+                                                                 mem_fraction_static=0.7)), f)
+    run, summary = run_playbook(tmp, [node], "--check", "--diff")
+    host = summary["hosts"][node]
+    assert host["changed"] is True and host["server"]["restart_reasons"] == ["flags or unit changed"], host
+    assert "--mem-fraction-static 0.8" in lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
