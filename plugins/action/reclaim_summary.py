@@ -59,6 +59,13 @@ def _reclaim_record(reclaim):
             'actions': list(reclaim.get('actions') or [])}
 
 
+def stray_reclaim(host):
+    """The host's stray reclaim (play 1): kept as reclaim__strays_result on a host whose server the
+    role went on to converge (its own reclaims register gpus_free_result again), else
+    gpus_free_result; None when there was none."""
+    return host.get('reclaim__strays_result') or host.get('gpus_free_result')
+
+
 def host_record(host):
     """The summary of one host from its variables (a mapping).
 
@@ -66,7 +73,7 @@ def host_record(host):
     the inference_service role converged, that result was kept as reclaim__strays_result and
     gpus_free_result is the role's own last reclaim, recorded under server.gpus_reclaim."""
     strays = host.get('reclaim__strays_result')
-    reclaim = strays or host.get('gpus_free_result') or {}
+    reclaim = stray_reclaim(host) or {}
     failure = host.get('reclaim__failure')
     record = {
         'status': 'failed' if failure else 'ok' if reclaim else 'no result (unreachable)',
@@ -95,23 +102,15 @@ def host_record(host):
 
 
 def host_report(name, host, record, check_mode):
-    """The table of one host's stray reclaim (play 1), each line prefixed with the host's name.
-
-    A host that went on to converge its server has its play-1 result kept as
-    reclaim__strays_result: the role's own reclaims registered gpus_free_result again and
-    printed their tables already."""
-    reclaim = host.get('reclaim__strays_result') or host.get('gpus_free_result')
+    """The table of one host's stray reclaim (play 1), each line prefixed with the host's name; a
+    host that did nothing is one line. A host whose server the role converged printed the
+    tables of the role's own reclaims already."""
+    reclaim = stray_reclaim(host)
     if not reclaim:
         lines = ['== %s ==' % record['status']]
-    elif not reclaim.get('failed') and not reclaim.get('before'):
-        lines = ['== no GPU to free: every GPU is excluded (an inference server\'s) or none was selected ==']
-    elif not reclaim.get('failed') and not reclaim.get('actions') and all(row.get('free') for row in reclaim.get('before') or []):
-        # One line for a host with nothing to do: a drift check of a converged fleet is read for its drift.
-        lines = ['== GPUs already free, nothing to do: %s ==' % ', '.join(
-            'GPU %s %s/%s MiB' % (row.get('index'), row.get('memory_used_mib'), row.get('memory_total_mib'))
-            for row in reclaim.get('before') or [])]
     else:
-        lines = gpu_report(reclaim, title='GPUs NOT freed' if reclaim.get('failed') else None, check_mode=check_mode)
+        lines = gpu_report(reclaim, title='GPUs NOT freed' if reclaim.get('failed') else None, check_mode=check_mode,
+                           brief=True)
     return ['%s: %s' % (name, line) for line in lines]
 
 

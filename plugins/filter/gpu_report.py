@@ -33,11 +33,21 @@ def _action_line(action):
                                       action.get('name', ''), action.get('result', ''))
 
 
-def gpu_report(result, title=None, check_mode=False):
-    """Lines: a title, one line per GPU (before -> after, holders by name), one per action."""
+def gpu_report(result, title=None, check_mode=False, brief=False):
+    """Lines: a title, one line per GPU (before -> after, holders by name), one per action.
+
+    With `brief`, a result that did nothing is one line (no GPU selected, or every one already
+    free): a fleet's report is read for what changed."""
     if not isinstance(result, dict):
         raise AnsibleFilterError('gpu_report: expected a gpu_reclaim result (a dict), got %s' % type(result).__name__)
     before = result.get('before') or []
+    if brief and not result.get('failed') and not result.get('actions'):
+        if not before:
+            return ['== no GPU to free: every GPU is excluded (an inference server\'s) or none was selected ==']
+        if all(row.get('free') for row in before):
+            return ['== GPUs already free, nothing to do: %s ==' % ', '.join(
+                'GPU %s %s/%s MiB' % (row.get('index'), row.get('memory_used_mib'), row.get('memory_total_mib'))
+                for row in before)]
     after = {} if check_mode else dict((row.get('index'), row) for row in result.get('after') or [])
     actions = result.get('actions') or []
     if title is None:

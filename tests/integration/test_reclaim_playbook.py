@@ -29,6 +29,21 @@ BAD_SERVER = {"inference_service_name": "sglang", "inference_service_gpus": ["0"
               "gpus_free_term_timeout": 2}
 
 
+def playbook_dir(lab, vars_by_node):
+    """A directory with the lab's inventory and host_vars/NODE.yml for each node given."""
+    tmp = tempfile.mkdtemp(prefix="reclaim-play-")
+    shutil.copy(lab.inventory, os.path.join(tmp, "inventory.ini"))
+    os.mkdir(os.path.join(tmp, "host_vars"))
+    for node, host_vars in vars_by_node.items():
+        write_host_vars(tmp, node, host_vars)
+    return tmp
+
+
+def write_host_vars(tmp, node, host_vars):
+    with open(os.path.join(tmp, "host_vars", node + ".yml"), "w") as f:
+        json.dump(host_vars, f)
+
+
 @pytest.fixture
 def two_nodes(lab, clean_gpus):
     if len(lab.nodes) < 2:
@@ -36,12 +51,7 @@ def two_nodes(lab, clean_gpus):
     first, second = lab.nodes[0], lab.nodes[1]
     for name in (first, second):
         sc.cleanup(lab, name)
-    tmp = tempfile.mkdtemp(prefix="reclaim-play-")
-    shutil.copy(lab.inventory, os.path.join(tmp, "inventory.ini"))
-    os.mkdir(os.path.join(tmp, "host_vars"))
-    for name in (first, second):
-        with open(os.path.join(tmp, "host_vars", name + ".yml"), "w") as f:
-            json.dump(BAD_SERVER, f)
+    tmp = playbook_dir(lab, {first: BAD_SERVER, second: BAD_SERVER})
     yield lab, first, second, tmp
     for name in (first, second):
         sc.cleanup(lab, name)
@@ -132,11 +142,7 @@ def server_node(lab, clean_gpus):
     node = lab.nodes[0]
     sc.cleanup(lab, node)
     lab.exec(node, SERVER_RESET)
-    tmp = tempfile.mkdtemp(prefix="reclaim-play-")
-    shutil.copy(lab.inventory, os.path.join(tmp, "inventory.ini"))
-    os.mkdir(os.path.join(tmp, "host_vars"))
-    with open(os.path.join(tmp, "host_vars", node + ".yml"), "w") as f:
-        json.dump(GOOD_SERVER, f)
+    tmp = playbook_dir(lab, {node: GOOD_SERVER})
     yield lab, node, tmp
     lab.exec(node, SERVER_RESET)
     sc.cleanup(lab, node)
@@ -168,9 +174,8 @@ def test_a_converged_server_host_records_both_reclaims_and_a_drift_check_reads_c
     assert host["changed"] is False and host["server"]["restart_reasons"] == [], host
 
     # The flags drift (wanted now differs from what runs): the check says so, changing nothing.
-    with open(os.path.join(tmp, "host_vars", node + ".yml"), "w") as f:
-        json.dump(dict(GOOD_SERVER, inference_service_flags=dict(GOOD_SERVER["inference_service_flags"],
-                                                                 mem_fraction_static=0.7)), f)
+    write_host_vars(tmp, node, dict(GOOD_SERVER, inference_service_flags=dict(GOOD_SERVER["inference_service_flags"],
+                                                                              mem_fraction_static=0.7)))
     run, summary = run_playbook(tmp, [node], "--check", "--diff")
     host = summary["hosts"][node]
     assert host["changed"] is True and host["server"]["restart_reasons"] == ["flags or unit changed"], host

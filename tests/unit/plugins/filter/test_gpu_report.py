@@ -36,3 +36,12 @@ def test_report_of_free_gpus_and_of_a_plan():
 def test_report_refuses_what_is_not_a_result():
     with pytest.raises(AnsibleFilterError, match="expected a gpu_reclaim result"):
         gpu_report(["GPU 2"])
+
+
+def test_brief_report_of_a_result_that_did_nothing_is_one_line():
+    free = dict(RESULT, before=[dict(ROW, free=True, holders=[], memory_used_mib=0)], actions=[], after=[])
+    assert gpu_report(free, brief=True) == ["== GPUs already free, nothing to do: GPU 2 0/81920 MiB =="]
+    assert gpu_report(dict(free, before=[]), brief=True)[0].startswith("== no GPU to free: every GPU is excluded")
+    # A result that acted, or failed, keeps its whole table.
+    assert len(gpu_report(RESULT, brief=True)) == 3
+    assert len(gpu_report(dict(free, failed=True), brief=True)) == 2
