@@ -15,9 +15,10 @@ times, alternating, with forks = N:
   ping         ansible gpu_nodes -m ping (the floor: Ansible reaching every host)
   check        ansible-playbook playbooks/reclaim.yml --check --diff on converged hosts
                (GPUs free, monitor running): the scheduled drift check
-  --before REF adds reclaim.yml@REF and check@REF: the same two runs with the playbook,
-               roles and modules of git commit REF (git archive into a temporary collection
-               tree), so a change is measured against what it replaced in the same run
+  --before REF adds reclaim.yml@REF, module@REF and check@REF: the same runs with the
+               playbook, roles and modules of git commit REF (git archive into a temporary
+               collection tree), so a change is measured against what it replaced in the same
+               run (each only when its method is in --methods)
 
 Wall time and controller CPU (user + system of the command and everything it forked and
 reaped, from wait4) per run; after every run, whether each host ended free with its monitor
@@ -72,6 +73,7 @@ def commands(inventory, before=None):
         old = [os.path.join(VENV_BIN, "ansible-playbook"), os.path.join(tree, "playbooks", "reclaim.yml"), "-i", inventory]
         env = {"ANSIBLE_COLLECTIONS_PATH": os.path.dirname(os.path.dirname(os.path.dirname(tree)))}
         cmds["reclaim.yml@" + ref] = (old, env)
+        cmds["module@" + ref] = (adhoc + ["-m", "gpuops.reclaim.gpu_reclaim"], env)
         cmds["check@" + ref] = (old + ["--check", "--diff"], env)
     return cmds
 
@@ -137,7 +139,7 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--keep", action="store_true", help="leave the lab hosts up afterwards")
-    parser.add_argument("--before", metavar="REF", help="also time reclaim.yml and check as of git commit REF")
+    parser.add_argument("--before", metavar="REF", help="also time reclaim.yml, module and check as of git commit REF")
     args = parser.parse_args()
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
@@ -154,7 +156,7 @@ def main():
     before = (args.before, bl.collection_at(args.before, logdir)) if args.before else None
     cmds = commands(inventory, before)
     if before:
-        methods += ["reclaim.yml@" + args.before, "check@" + args.before]
+        methods += [m + "@" + args.before for m in ("reclaim.yml", "module", "check") if m in methods]
     samples = {m: [] for m in methods}
     try:
         on_nodes(inventory, args.hosts, "converged")
