@@ -6,6 +6,7 @@ it never shares a path or an address with the session's lab.
 """
 
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -59,6 +60,21 @@ def leaders(run_dir):
     return found
 
 
+def systemd_cgroups(run_dir):
+    """{node: (the cgroups of its PID 1 in the hierarchies systemd uses, the node's cgroup
+    directories on the controller)} from the lab's records."""
+    found = {}
+    records = os.path.join(run_dir, "nodes")
+    for entry in sorted(os.listdir(records)) if os.path.isdir(records) else []:
+        if entry.endswith(".json"):
+            with open(os.path.join(records, entry)) as f:
+                record = json.load(f)
+            with open(f"/proc/{record['leader_pid']}/cgroup") as f:
+                lines = [line.strip() for line in f if ":name=systemd:" in line or line.startswith("0::")]
+            found[record["name"]] = (lines, record.get("cgroups", []))
+    return found
+
+
 def test_two_labs_up_at_once_and_one_down_leaves_the_other_answering(lab):
     first = status()
     assert first and all(row[1] == "answers" for row in first.values()), first
@@ -71,12 +87,25 @@ def test_two_labs_up_at_once_and_one_down_leaves_the_other_answering(lab):
         # Booting the second lab touched nothing of the first.
         assert leaders(RUN) == first_records
         assert status() == first
+        # Every node's systemd has a cgroup tree of its own, named after its machine: a shared
+        # one (every nspawn of the controller put its node in /payload) let one node's systemd
+        # remove the cgroup of a unit another node was starting.
+        first_cgroups, second_cgroups = systemd_cgroups(RUN), systemd_cgroups(LAB2["LAB_RUN"])
+        every = [(ADDR_BASE, name, lines, dirs) for name, (lines, dirs) in first_cgroups.items()]
+        every += [(int(LAB2["LAB_ADDR_BASE"]), name, lines, dirs) for name, (lines, dirs) in second_cgroups.items()]
+        for base, name, lines, dirs in every:
+            assert lines and all(f"/gpuops{base}-{name}/payload/" in line for line in lines), (name, lines)
+            assert dirs and all(os.path.isdir(d) and d.endswith(f"/gpuops{base}-{name}") for d in dirs), (name, dirs)
+        all_lines = [line for _base, _name, lines, _dirs in every for line in lines]
+        assert len(all_lines) == len(set(all_lines)), all_lines
 
         down = run_lab("down", env=LAB2)
         assert down.returncode == 0, down.stderr
         assert "stopped node1" in down.stderr
         assert status(LAB2) == {}
         assert os.listdir(os.path.join(LAB2["LAB_STATE"], "nodes")) == []
+        assert not [d for _lines, dirs in second_cgroups.values() for d in dirs if os.path.exists(d)]
+        assert systemd_cgroups(RUN) == first_cgroups
         # The first lab's nodes are the same processes as before and still answer SSH.
         assert leaders(RUN) == first_records
         assert status() == first

@@ -82,6 +82,7 @@ def cmd_up(args):
         wanted = [paths.node_name(i) for i in range(1, count + 1)]
         if ([r["name"] for r in records] == wanted and all(r["gpus"] == gpus for r in records)
                 and all(("podman" in r["tools"]) == paths.CONTAINERS for r in records)
+                and all(r.get("cgroups") for r in records)   # booted before nodes had cgroups of their own
                 and all(node.is_running(r) and ssh.answers(r["ip"]) for r in records)):
             for record in records:
                 node.refresh_tools(record)

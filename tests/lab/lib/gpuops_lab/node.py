@@ -65,9 +65,55 @@ def prepare(index, gpus):
     return {"name": name, "index": index, "ip": ip, "gpus": gpus, "root": root, "tools": installed}
 
 
+def node_cgroups(name):
+    """The node's own cgroup in each hierarchy systemd uses, below the lab command's.
+
+    With --keep-unit, nspawn puts the container in <its own cgroup>/payload: nodes started
+    from one cgroup would all share one tree (/payload/system.slice/ssh.service held every
+    node's sshd), and one node's systemd, stopping, would remove the cgroup of a unit another
+    node was starting (that unit fails with 219/CGROUP). Each node starts nspawn in a cgroup
+    named after its machine instead."""
+    machine = paths.machine_name(name)
+    return [os.path.join(mount, path.lstrip("/"), machine) for mount, path in proc.systemd_cgroups()]
+
+
+def _enter_cgroups(dirs):
+    """For preexec_fn: move the new process (nspawn, before it execs) into dirs."""
+    def enter():
+        for path in dirs:
+            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+    return enter
+
+
+def remove_cgroups(dirs):
+    """Remove a stopped node's cgroups, deepest first (what its systemd left); raise LabError
+    naming one that still holds processes."""
+    for top in dirs:
+        if paths.node_from_machine(os.path.basename(top)) is None:
+            continue   # never anything but a cgroup named after one of this lab's nodes
+        for where, subdirs, _files in os.walk(top, topdown=False):
+            for path in [os.path.join(where, d) for d in subdirs] + ([top] if where == top else []):
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise LabError(f"cannot remove the node's cgroup {path}: {e.strerror} (processes left in it?)") from None
+
+
 def boot(record):
-    """Start systemd-nspawn in the background and record its container's PID 1."""
+    """Start systemd-nspawn in the background, in the node's own cgroups, and record its
+    container's PID 1."""
     log_path = os.path.join(paths.node_dir(record["name"]), "console.log")
+    cgroups = node_cgroups(record["name"])
+    remove_cgroups(cgroups)   # a previous boot's, if a stop was cut short
+    for path in cgroups:
+        os.makedirs(path)
+    record["cgroups"] = cgroups
     argv = [
         "systemd-nspawn", "--boot", "--quiet",
         f"--machine={paths.machine_name(record['name'])}", f"--directory={record['root']}",
@@ -87,8 +133,12 @@ def boot(record):
         # filter refuses bpf(2) unless allowed.
         argv.append("--system-call-filter=bpf")
     with open(log_path, "ab") as log:
-        nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                  env=env)
+        try:
+            nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                      env=env, preexec_fn=_enter_cgroups(cgroups))
+        except subprocess.SubprocessError as e:
+            remove_cgroups(cgroups)
+            raise LabError(f"{record['name']}: cannot start systemd-nspawn in its cgroups {', '.join(cgroups)}: {e}") from None
     record.update(nspawn_pid=nspawn.pid, log=log_path)
     leader = _wait_for_leader(nspawn, log_path)
     record.update(leader_pid=leader, leader_start=proc.start_time(leader),
@@ -199,6 +249,8 @@ def stop(record, timeout=30):
     if proc.mounts_under(top):
         raise LabError(f"{name}: mounts remain under {top}")
     shutil.rmtree(top, ignore_errors=True)
+    # A record from before nodes had cgroups of their own, or an orphan's, has none listed.
+    remove_cgroups(record.get("cgroups") or node_cgroups(name))
     # nspawn's own runtime leftovers on the controller.
     machine = paths.machine_name(name)
     for leftover in (f"/run/systemd/nspawn/propagate/{machine}", f"/run/systemd/nspawn/unix-export/{machine}"):

@@ -85,3 +85,29 @@ def mounts_under(prefix):
             if point == prefix or point.startswith(prefix + "/"):
                 found.append(point)
     return sorted(set(found), key=len, reverse=True)
+
+
+def systemd_cgroups(pid="self"):
+    """Where pid sits in the cgroup hierarchies a booted container's systemd builds its tree
+    in: [(mount point, cgroup path)] for the named v1 hierarchy (name=systemd) and the v2 one,
+    each only where it is mounted whole (a mount of a subtree would not line up with the
+    paths /proc/PID/cgroup gives)."""
+    mounts = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            fstype, superopts = fields[sep + 1], fields[sep + 3].split(",")
+            if fields[3] != "/":
+                continue
+            if fstype == "cgroup2":
+                mounts.setdefault("", _unescape(fields[4]))
+            elif fstype == "cgroup" and "name=systemd" in superopts:
+                mounts.setdefault("name=systemd", _unescape(fields[4]))
+    found = []
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
+            if controllers in mounts:
+                found.append((mounts[controllers], path))
+    return found
