@@ -195,9 +195,12 @@ def _guest_owner(parts, index, path):
         inner = rest[1:] if rest[:1] == ['payload'] else rest
         return new_owner(GUEST, path, runtime='systemd-nspawn', id=_unescape_systemd(found.group(1)),
                          unit=part, guest_unit=_inner_unit(inner))
-    if part == 'payload' and index == 0:
-        # systemd-nspawn started outside any unit puts its guest in "payload" below its own
-        # cgroup: a guest without a name this host could look up.
+    if part == 'payload':
+        # systemd-nspawn --keep-unit splits the cgroup it was started in into "payload" (the
+        # guest's tree) and "supervisor" (itself): below the root when started outside any
+        # unit, below a session scope or a service on a systemd host, below whatever cgroup
+        # its starter made for it. A guest without a name this host could look up; the units
+        # above it are this host's, the ones below it the guest's (never stopped from here).
         return new_owner(GUEST, path, runtime='systemd-nspawn', guest_unit=_inner_unit(rest))
     return None
 

@@ -187,19 +187,39 @@ def test_lxc_3_v1_layout():
 
 def test_nspawn_registered_guest():
     # systemd-nspawn registered with machined: "machine-<name>.scope" (name '-' escaped as
-    # \x2d), the guest's tree under "payload" (as the lab's unregistered nodes show below).
+    # \x2d), the guest's tree under "payload" (as unregistered ones show it, below).
     got = own(v2("/machine.slice/machine-gpu\\x2dbox.scope/payload/system.slice/sglang.service"))
     assert (got["kind"], got["runtime"], got["id"]) == ("guest", "systemd-nspawn", "gpu-box")
     assert got["guest_unit"] == "sglang.service"
 
 
 def test_nspawn_unregistered_guest_as_the_lab_controller_sees_it():
-    # Read on this project's controller: a lab node (nspawn --register=no --keep-unit,
-    # started outside any unit) running a podman container, seen from outside the node.
+    # Read on this project's controller before lab nodes had cgroups of their own: a node
+    # (nspawn --register=no --keep-unit, started outside any unit) running a podman container,
+    # seen from outside the node.
     got = own("9:name=systemd:/payload\n4:memory:/process_api/eb746d0e\n"
               + v2("/payload/machine.slice/libpod-%s.scope" % CID))
     assert (got["kind"], got["runtime"], got["id"]) == ("guest", "systemd-nspawn", None)
     assert got["guest_unit"] == "libpod-%s.scope" % CID
+
+
+@pytest.mark.parametrize("outside", [
+    "/user.slice/user-0.slice/session-5.scope",   # started by hand from an SSH session
+    "/system.slice/gpu-box.service",              # started by a unit of its own, --keep-unit
+    "/gpuops10-node1",                            # the lab: a cgroup the starter made for it
+])
+def test_nspawn_keep_unit_guest_below_the_cgroup_it_was_started_in(outside):
+    # The guest's sglang.service is the guest's unit, never this host's: a host unit of that
+    # name must not be the one stopped.
+    got = own("9:name=systemd:%s/payload/system.slice/sglang.service\n" % outside
+              + v2("%s/payload/system.slice/sglang.service" % outside))
+    assert (got["kind"], got["runtime"], got["id"], got["unit"]) == ("guest", "systemd-nspawn", None, None)
+    assert got["guest_unit"] == "sglang.service"
+
+
+def test_nspawn_supervisor_is_the_hosts_process_in_the_starters_unit():
+    got = own(v2("/user.slice/user-0.slice/session-5.scope/supervisor"))
+    assert (got["kind"], got["unit"]) == ("session", "session-5.scope")
 
 
 def test_docker_inside_an_lxc_guest_belongs_to_the_guest():
