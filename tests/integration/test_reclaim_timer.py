@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import tarfile
 import tempfile
+import time
 
 import pytest
 
@@ -89,11 +90,20 @@ def wedge(lab, node, name):
     return server["processes"] + [{"pid": stuck["pid"], "start_time": stuck["start_time"]}]
 
 
-def journal(lab, node, since_cursor=None):
+def journal(lab, node, since_cursor=None, until=None, timeout=10):
+    """The service's journal since the cursor. With `until`: once that text is in it, or as it
+    is after `timeout` s. journald reads the service's output stream apart from PID 1's own
+    messages: "Finished gpuops-reclaim.service" can be in the journal before the run's last
+    line is, so a run that has just ended is read until its line is there."""
     cmd = "journalctl -u gpuops-reclaim.service --no-pager -o cat"
     if since_cursor:
         cmd += " --after-cursor=%s" % shlex.quote(since_cursor)
-    return lab.exec(node, cmd).stdout
+    deadline = time.monotonic() + timeout
+    while True:
+        log = lab.exec(node, cmd).stdout
+        if until is None or until in log or time.monotonic() > deadline:
+            return log
+        time.sleep(0.2)
 
 
 def cursor(lab, node):
@@ -124,7 +134,7 @@ def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(la
     sc.wait_until(lab, node, "[ \"$(systemctl show gpuops-reclaim.service -p ExecMainExitTimestampMonotonic --value)\" "
                              "-gt 0 ] && ! systemctl is-active -q gpuops-reclaim.service",
                   "first timer run finished", timeout=RUN_BOUND_S)
-    log = journal(lab, node, start)
+    log = journal(lab, node, start, until="PLAY RECAP")
     result = lab.exec(node, "systemctl show gpuops-reclaim.service -p Result -p ExecMainStatus").stdout
     assert "Result=success" in result and "ExecMainStatus=0" in result, result + log
     assert "PLAY RECAP" in log and "GPUs reclaimed" in log, log
@@ -145,7 +155,7 @@ def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(la
     sc.wait_until(lab, node, "! flock --nonblock %s true" % LOCK, "lock taken by the test")
     start = cursor(lab, node)
     lab.exec(node, "systemctl start gpuops-reclaim.service", timeout=RUN_BOUND_S)
-    log = journal(lab, node, start)
+    log = journal(lab, node, start, until="another run holds %s: skipped" % LOCK)
     assert "another run holds %s: skipped" % LOCK in log, log
     assert "PLAY RECAP" not in log, log
     assert "Result=success" in lab.exec(node, "systemctl show gpuops-reclaim.service -p Result").stdout
