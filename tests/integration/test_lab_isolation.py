@@ -64,14 +64,11 @@ def systemd_cgroups(run_dir):
     """{node: (the cgroups of its PID 1 in the hierarchies systemd uses, the node's cgroup
     directories on the controller)} from the lab's records."""
     found = {}
-    records = os.path.join(run_dir, "nodes")
-    for entry in sorted(os.listdir(records)) if os.path.isdir(records) else []:
-        if entry.endswith(".json"):
-            with open(os.path.join(records, entry)) as f:
-                record = json.load(f)
-            with open(f"/proc/{record['leader_pid']}/cgroup") as f:
-                lines = [line.strip() for line in f if ":name=systemd:" in line or line.startswith("0::")]
-            found[record["name"]] = (lines, record.get("cgroups", []))
+    for text in leaders(run_dir).values():
+        record = json.loads(text)
+        with open(f"/proc/{record['leader_pid']}/cgroup") as f:
+            lines = [line.strip() for line in f if ":name=systemd:" in line or line.startswith("0::")]
+        found[record["name"]] = (lines, record.get("cgroups", []))
     return found
 
 

@@ -95,14 +95,14 @@ def remove_cgroups(dirs):
     for top in dirs:
         if paths.node_from_machine(os.path.basename(top)) is None:
             continue   # never anything but a cgroup named after one of this lab's nodes
-        for where, subdirs, _files in os.walk(top, topdown=False):
-            for path in [os.path.join(where, d) for d in subdirs] + ([top] if where == top else []):
-                try:
-                    os.rmdir(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    raise LabError(f"cannot remove the node's cgroup {path}: {e.strerror} (processes left in it?)") from None
+        # Bottom-up, top last: a cgroup directory can be removed once its children are.
+        for path, _subdirs, _files in os.walk(top, topdown=False):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise LabError(f"cannot remove the node's cgroup {path}: {e.strerror} (processes left in it?)") from None
 
 
 def boot(record):

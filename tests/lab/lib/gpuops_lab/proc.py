@@ -87,8 +87,8 @@ def mounts_under(prefix):
     return sorted(set(found), key=len, reverse=True)
 
 
-def systemd_cgroups(pid="self"):
-    """Where pid sits in the cgroup hierarchies a booted container's systemd builds its tree
+def systemd_cgroups():
+    """Where this process sits in the cgroup hierarchies a booted container's systemd builds its tree
     in: [(mount point, cgroup path)] for the named v1 hierarchy (name=systemd) and the v2 one,
     each only where it is mounted whole (a mount of a subtree would not line up with the
     paths /proc/PID/cgroup gives)."""
@@ -105,7 +105,7 @@ def systemd_cgroups(pid="self"):
             elif fstype == "cgroup" and "name=systemd" in superopts:
                 mounts.setdefault("name=systemd", _unescape(fields[4]))
     found = []
-    with open(f"/proc/{pid}/cgroup") as f:
+    with open("/proc/self/cgroup") as f:
         for line in f:
             _hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
             if controllers in mounts:
