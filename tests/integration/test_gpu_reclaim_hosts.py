@@ -16,6 +16,10 @@ HOLDERS = "gpuops.reclaim.gpu_holders"
 FAST = {"term_timeout": 1.5, "release_timeout": 3, "nvml_timeout": 5}
 LAB_USER = "gpulab"
 LOCK = "/run/lock/gpuops-gpu-reclaim.lock"
+# Whether some process holds a flock on LOCK, read from /proc/locks: a probe must only look.
+# `flock -n LOCK true` takes the lock for an instant, and a run starting in that instant
+# waits for it and reports "another process" as the holder.
+LOCK_HELD = "ino=$(stat -c %%i %s 2>/dev/null) && grep -q \":$ino \" /proc/locks" % LOCK
 ADVICE = re.compile(r"reset|reboot", re.IGNORECASE)
 
 
@@ -136,7 +140,8 @@ def test_overlapping_runs_serialize_and_the_second_reports_what_it_found(lab, no
         lab.module(node, RECLAIM, dict(FAST, gpus=["4"], term_timeout=40))))
     runner.start()
     try:
-        sc.wait_until(lab, node, "! flock -n %s true" % LOCK, "the first run holds the host lock", timeout=60)
+        sc.wait_until(lab, node, "%s && grep -q '^PID ' %s" % (LOCK_HELD, LOCK),
+                      "the first run holds the host lock and has written its name", timeout=60)
         second = lab.module(node, RECLAIM, dict(FAST, gpus=["4"], lock_timeout=120))
     finally:
         runner.join(timeout=300)
@@ -155,7 +160,7 @@ def test_overlapping_runs_serialize_and_the_second_reports_what_it_found(lab, no
 def test_lock_wait_is_bounded_and_names_the_holder(lab, node):
     rec = sc.hold(lab, node, "locked", "--gpu", "5:600")
     sc.start_in_scope(lab, node, "lockholder", "flock %s sleep 60" % shlex.quote(LOCK))
-    sc.wait_until(lab, node, "! flock -n %s true" % LOCK, "flock(1) holds the host lock")
+    sc.wait_until(lab, node, LOCK_HELD, "flock(1) holds the host lock")
 
     result = lab.module(node, RECLAIM, dict(FAST, gpus=["5"], lock_timeout=1))
 
