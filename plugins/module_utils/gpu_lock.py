@@ -40,14 +40,48 @@ def lock_path(dirs=LOCK_DIRS):
     return os.path.join(dirs[-1], LOCK_NAME)
 
 
-def _holder_of(fd):
-    """What the current holder wrote into the file: 'PID N since ...', or None."""
+def _holder_of(fd, proc_locks='/proc/locks', proc='/proc'):
+    """Who holds the lock: what a gpu_reclaim holder wrote into the file ('PID N since ...'),
+    else the flock holder /proc/locks names ('PID N (comm)': flock(1), say, writes nothing),
+    else None."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         text = os.read(fd, 200).decode('utf-8', 'replace').strip()
     except OSError:
+        text = ''
+    return text or _flock_holder(fd, proc_locks, proc)
+
+
+def _flock_holder(fd, proc_locks='/proc/locks', proc='/proc'):
+    """'PID N (comm)' of the flock(2) lock on fd's file, from /proc/locks, or None.
+
+    Its lines read 'ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END', major and minor
+    in hex; the PID is in our PID namespace, and 0 or -1 when the holder is outside it.
+    """
+    try:
+        st = os.fstat(fd)
+        with open(proc_locks) as listing:
+            lines = listing.read().splitlines()
+    except (IOError, OSError):
         return None
-    return text or None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != 'FLOCK':
+            continue    # fcntl locks never block flock(2); '-> FLOCK' lines are waiters
+        try:
+            pid = int(fields[4])
+            major, minor, inode = fields[5].split(':')
+            same_file = ((int(major, 16), int(minor, 16), int(inode))
+                         == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+        except ValueError:
+            continue
+        if same_file and pid > 0:
+            try:
+                with open(os.path.join(proc, str(pid), 'comm')) as comm:
+                    return 'PID %d (%s)' % (pid, comm.read().strip())
+            except (IOError, OSError):
+                return 'PID %d' % pid
+    return None
 
 
 class HostLock(object):
@@ -86,7 +120,7 @@ class HostLock(object):
             if waited >= self.timeout_s:
                 self.release()
                 raise LockTimeout(
-                    'another gpu_reclaim run (%s) has held the host lock %s for more than '
+                    'another run, %s, has held the host lock %s for more than '
                     'lock_timeout=%ss; nothing was signalled by this run. Let it finish, or raise '
                     'lock_timeout.' % (self.held_by, self.path, self.timeout_s))
             time.sleep(min(self.poll_s, max(0.0, self.timeout_s - waited)))

@@ -357,7 +357,11 @@ host_lock:
       type: float
       returned: always
     waited_for:
-      description: "What the other run wrote into the lock file (C(PID N since TIME)), or null when none was waited for."
+      description:
+        - "Who held the lock when this run had to wait: what another gpu_reclaim run wrote into the
+          lock file (C(PID N since TIME)); for a holder that wrote nothing (C(flock(1)), say),
+          C(PID N (command)) as C(/proc/locks) names it; C(another process) when neither says.
+          Null when none was waited for."
       type: str
       returned: always
   sample: {path: /run/lock/gpuops-gpu-reclaim.lock, waited_s: 4.21, waited_for: "PID 20817 since 2026-11-30T22:41:07+0000"}

@@ -82,3 +82,65 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
 
 def test_lock_path_picks_a_writable_directory(tmp_path):
     assert gpu_lock.lock_path((str(tmp_path / 'missing'), str(tmp_path))) == str(tmp_path / gpu_lock.LOCK_NAME)
+
+
+# A holder that is not a gpu_reclaim run (flock(1), a script) writes nothing into the file.
+SILENT_HOLD = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print('held', flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_holder_that_wrote_nothing_is_named_from_proc_locks(tmp_path):
+    path = str(tmp_path / 'l')
+    first = subprocess.Popen([sys.executable, '-c', SILENT_HOLD, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == 'held'
+        with open('/proc/%d/comm' % first.pid) as comm:
+            name = comm.read().strip()
+        with pytest.raises(gpu_lock.LockTimeout) as caught:
+            gpu_lock.HostLock(0.3, path=path, poll_s=0.05).acquire()
+        assert 'another run, PID %d (%s), has held the host lock' % (first.pid, name) in str(caught.value)
+    finally:
+        first.kill()
+        first.wait()
+
+
+def _flock_holder_from(tmp_path, listing):
+    """_flock_holder of a real file against a written /proc/locks listing ({dev} and {ino} filled in)."""
+    path = tmp_path / 'l'
+    path.write_text('')
+    st = os.stat(str(path))
+    locks = tmp_path / 'locks'
+    locks.write_text(listing.format(dev='%02x:%02x' % (os.major(st.st_dev), os.minor(st.st_dev)), ino=st.st_ino))
+    proc = tmp_path / 'proc'
+    (proc / '4242').mkdir(parents=True)
+    (proc / '4242' / 'comm').write_text('flock\n')
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        return gpu_lock._flock_holder(fd, str(locks), str(proc))
+    finally:
+        os.close(fd)
+
+
+def test_flock_holder_reads_only_a_flock_held_on_this_file(tmp_path):
+    assert _flock_holder_from(tmp_path, (
+        "1: POSIX  ADVISORY  WRITE 77 {dev}:{ino} 0 EOF\n"        # fcntl locks never block flock(2)
+        "2: FLOCK  ADVISORY  WRITE 88 {dev}:{ino}9 0 EOF\n"       # another file
+        "3: FLOCK  ADVISORY  WRITE 4242 {dev}:{ino} 0 EOF\n"
+        "3: -> FLOCK  ADVISORY  WRITE 99 {dev}:{ino} 0 EOF\n")) == 'PID 4242 (flock)'
+
+
+def test_flock_holder_is_none_for_a_holder_outside_our_pid_namespace_or_a_garbled_line(tmp_path):
+    assert _flock_holder_from(tmp_path, (
+        "1: FLOCK  ADVISORY  WRITE 0 {dev}:{ino} 0 EOF\n"
+        "1: FLOCK  ADVISORY  WRITE -1 {dev}:{ino} 0 EOF\n"
+        "2: FLOCK  ADVISORY  WRITE x {dev}:{ino} 0 EOF\n"
+        "3: FLOCK\n")) is None
+
+
+def test_flock_holder_names_a_pid_whose_comm_is_gone_by_its_number(tmp_path):
+    assert _flock_holder_from(tmp_path, "1: FLOCK  ADVISORY  WRITE 5151 {dev}:{ino} 0 EOF\n") == 'PID 5151'
