@@ -166,7 +166,8 @@ def test_lock_wait_is_bounded_and_names_the_holder(lab, node):
 
     assert result["failed"] is True
     # flock(1) writes nothing into the file: the holder is named from /proc/locks.
-    flock_pid = int(lab.exec(node, "pgrep -xf %s" % shlex.quote("flock %s sleep 60" % LOCK)).stdout)
+    # (systemd-run starts it as /usr/bin/flock: its command line has the path.)
+    flock_pid = int(lab.exec(node, "pgrep -xf %s" % shlex.quote("(.*/)?flock %s sleep 60" % LOCK)).stdout)
     assert result["msg"].startswith("another run, PID %d (flock), has held the host lock %s for more than "
                                     "lock_timeout=1.0s; nothing was signalled" % (flock_pid, LOCK)), result["msg"]
     assert result["elapsed_s"] < 10
