@@ -24,6 +24,8 @@ import fcntl
 import os
 import time
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe
+
 LOCK_DIRS = ('/run/lock', '/var/lock', '/tmp')
 LOCK_NAME = 'gpuops-gpu-reclaim.lock'
 
@@ -40,7 +42,7 @@ def lock_path(dirs=LOCK_DIRS):
     return os.path.join(dirs[-1], LOCK_NAME)
 
 
-def _holder_of(fd, proc_locks='/proc/locks', proc='/proc'):
+def _holder_of(fd):
     """Who holds the lock: what a gpu_reclaim holder wrote into the file ('PID N since ...'),
     else the flock holder /proc/locks names ('PID N (comm)': flock(1), say, writes nothing),
     else None."""
@@ -49,7 +51,7 @@ def _holder_of(fd, proc_locks='/proc/locks', proc='/proc'):
         text = os.read(fd, 200).decode('utf-8', 'replace').strip()
     except OSError:
         text = ''
-    return text or _flock_holder(fd, proc_locks, proc)
+    return text or _flock_holder(fd)
 
 
 def _flock_holder(fd, proc_locks='/proc/locks', proc='/proc'):
@@ -77,9 +79,8 @@ def _flock_holder(fd, proc_locks='/proc/locks', proc='/proc'):
             continue
         if same_file and pid > 0:
             try:
-                with open(os.path.join(proc, str(pid), 'comm')) as comm:
-                    return 'PID %d (%s)' % (pid, comm.read().strip())
-            except (IOError, OSError):
+                return 'PID %d (%s)' % (pid, gpu_observe.read_stat(pid, proc).comm)
+            except gpu_observe.ProcError:
                 return 'PID %d' % pid
     return None
 

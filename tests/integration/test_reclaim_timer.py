@@ -122,9 +122,8 @@ def timer_node(lab, node):
 def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(lab, timer_node):
     node = timer_node
     holders = wedge(lab, node, "timer-a")
-    lab.exec(node, "setsid -f systemd-run --quiet --scope --collect --unit=gpuops-t-monitor -- "
-                   "sh -c 'exec sleep 600 3</dev/nvidiactl' </dev/null >/dev/null 2>&1")
-    # setsid -f returns before the scope's process runs: wait for it rather than guess.
+    sc.start_in_scope(lab, node, "monitor", "sh -c 'exec sleep 600 3</dev/nvidiactl'")
+    # start_in_scope returns before the scope's process runs: wait for it rather than guess.
     sc.wait_until(lab, node, "pgrep -xf 'sleep 600' >/dev/null", "the monitor up")
     monitor_pid = lab.exec(node, "pgrep -xf 'sleep 600'").stdout.split()[0]
     start = cursor(lab, node)

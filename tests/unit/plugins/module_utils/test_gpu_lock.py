@@ -118,7 +118,9 @@ def _flock_holder_from(tmp_path, listing):
     locks.write_text(listing.format(dev='%02x:%02x' % (os.major(st.st_dev), os.minor(st.st_dev)), ino=st.st_ino))
     proc = tmp_path / 'proc'
     (proc / '4242').mkdir(parents=True)
-    (proc / '4242' / 'comm').write_text('flock\n')
+    # A real stat line (this process's), as if it were flock(1)'s PID 4242.
+    stat = open('/proc/self/stat').read()
+    (proc / '4242' / 'stat').write_text('4242 (flock) ' + stat[stat.rindex(')') + 2:])
     fd = os.open(str(path), os.O_RDONLY)
     try:
         return gpu_lock._flock_holder(fd, str(locks), str(proc))
@@ -142,5 +144,5 @@ def test_flock_holder_is_none_for_a_holder_outside_our_pid_namespace_or_a_garble
         "3: FLOCK\n")) is None
 
 
-def test_flock_holder_names_a_pid_whose_comm_is_gone_by_its_number(tmp_path):
+def test_flock_holder_names_a_pid_whose_stat_is_gone_by_its_number(tmp_path):
     assert _flock_holder_from(tmp_path, "1: FLOCK  ADVISORY  WRITE 5151 {dev}:{ino} 0 EOF\n") == 'PID 5151'
