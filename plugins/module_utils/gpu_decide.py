@@ -135,6 +135,19 @@ def orphaned_gpus(snapshot, free_threshold_mib):
     return orphaned
 
 
+def uncharged_gpus(gpus, selected, free_threshold_mib):
+    """Indices of the selected GPUs whose used memory, beyond `free_threshold_mib`, the driver
+    charges to no process at all (its list is empty or sums to less)."""
+    found = []
+    for gpu in gpus:
+        if gpu.index not in selected:
+            continue
+        charged = sum(mib or 0 for _pid, mib in gpu.processes)
+        if gpu.used_mib - charged > free_threshold_mib and not any(mib is None for _pid, mib in gpu.processes):
+            found.append(gpu.index)
+    return found
+
+
 def full_scan_reason(snapshot, selected, free_threshold_mib):
     """Why a snapshot that read only the processes NVML lists is not enough, or None.
 

@@ -115,7 +115,7 @@ class Snapshot(object):
     """Everything one scan saw, taken as close together in time as possible."""
 
     def __init__(self, gpus, procs, backend, own_pid, own_pidns, unreadable, nvml_missing_pids,
-                 taken_at, infrastructure=(), related_names=None, scan='full'):
+                 taken_at, infrastructure=(), related_names=None, scan='full', deep=False):
         self.gpus = gpus                      # list of GpuState, all GPUs of the host
         self.procs = procs                    # pid -> ProcState for every process that matters
         self.backend = backend
@@ -129,6 +129,7 @@ class Snapshot(object):
         self.related_names = related_names or {}
         # 'full': every process was read; 'listed': only the processes the driver lists
         self.scan = scan
+        self.deep = deep                      # every process's maps were read too
 
 
 def bounded(fn, timeout, timeout_message):
@@ -445,12 +446,16 @@ def runtime_details(owner, timeout=10):
     return gpu_owner.parse_inspect(row['parse'], out.stdout)
 
 
-def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False, listed_only=False):
+def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False, listed_only=False, deep_when=None):
     """One observation of the GPUs (through `backend`, a gpu_vendor.GpuBackend) and of every
     process that holds them; with `listed_only`, of the processes the driver lists only
-    (gpu_decide.full_scan_reason says when that is enough)."""
+    (gpu_decide.full_scan_reason says when that is enough). `deep_when(gpus)`, asked once the
+    driver has answered, makes the scan deep from the start (one pass over /proc) when the
+    driver's numbers already show memory that no listed process is charged with."""
     started = time.time()
     gpus = backend.read_gpus(nvml_timeout)
+    if not deep and not listed_only and deep_when is not None:
+        deep = bool(deep_when(gpus))
     nvml_pids = set(entry[0] for gpu in gpus for entry in gpu.processes)
     procs, unreadable = scan_processes(backend.node_paths(), proc=proc, deep=deep, extra_pids=nvml_pids,
                                        only_extra=listed_only and not deep)
@@ -465,7 +470,7 @@ def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False, listed_only=F
                     own_pidns=own_pidns, unreadable=unreadable, nvml_missing_pids=missing,
                     taken_at=started, infrastructure=backend.infrastructure,
                     related_names=_related_names(procs, proc),
-                    scan='listed' if listed_only and not deep else 'full')
+                    scan='listed' if listed_only and not deep else 'full', deep=deep)
 
 
 def _related_names(procs, proc):

@@ -8,6 +8,7 @@ the real RecordingActor on real sleeping processes of this host, which it must n
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import os
 import signal
 import subprocess
 
@@ -495,3 +496,54 @@ def test_the_ladder_reads_only_listed_processes_but_every_one_before_a_reset_and
     surveyor = ScriptedSurveyor(leak)
     ladder(surveyor, ScriptedActor(), peers=True).run()
     assert surveyor.full_asked and set(surveyor.full_asked) == {True}
+
+
+class _ScriptedGpus(NVIDIA.__class__):
+    """The NVIDIA backend with the driver's answer given: node paths under a test directory."""
+
+    def __init__(self, dev_dir, gpus):
+        super(_ScriptedGpus, self).__init__(dev_dir)
+        self.gpus = gpus
+
+    def read_gpus(self, timeout):
+        return self.gpus
+
+
+_MAP_AND_WAIT = (
+    "import mmap, sys\n"
+    "f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096)\n"
+    "print('ready', flush=True); import time; time.sleep(120)\n")
+
+
+@pytest.mark.parametrize('charged', [False, True])
+def test_memory_charged_to_no_process_is_read_in_one_deep_pass(tmp_path, monkeypatch, charged):
+    """4,000 MiB the driver charges to nobody: one pass reads every fd and maps at once (it was
+    an fd pass, then a second pass of both). Charged to a live holder: the fd pass alone."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+    node = tmp_path / 'nvidia0'
+    node.write_bytes(b'\0' * 4096)
+    # A grandchild: a survey leaves out the surveying process's own children.
+    shell = subprocess.Popen(['sh', '-c', 'python3 -c "$0" "$1" & echo $!; wait', _MAP_AND_WAIT, str(node)],
+                             stdout=subprocess.PIPE)
+    pid = int(shell.stdout.readline())
+    try:
+        assert shell.stdout.readline() == b'ready\n'
+        processes = [(pid, 4000)] if charged else []
+        backend = _ScriptedGpus(str(tmp_path), [gpu(0, used=4000, processes=processes)])
+        backend.gpus[0].nodes = (str(node),)
+        scans = []
+        real_scan = observe.scan_processes
+
+        def counted(node_paths, **kwargs):
+            scans.append(kwargs.get('deep', False))
+            return real_scan(node_paths, **kwargs)
+
+        monkeypatch.setattr(observe, 'scan_processes', counted)
+        survey = flow.Surveyor(backend=backend).survey()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        shell.wait()
+    assert scans == ([False] if charged else [True])
+    found = [h for h in survey.holders if h['pid'] == pid]
+    assert found and found[0]['evidence'] == (['fd', 'mmap', 'nvml'] if charged else ['fd', 'mmap'])
