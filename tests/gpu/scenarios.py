@@ -583,6 +583,69 @@ def s10_container_init(ctx):
               not _advises_reset([res.get('msg') or ''] + list(seen.get('diagnosis') or [])), hard=False)
 
 
+# --- 11 ---------------------------------------------------------------------------------------------------
+
+RANK_SHAPES = ((24, 1024), (8, 12288))   # (processes, MiB each): many small ranks; a TP-8 server's shape
+
+
+def _start_ranks(ctx, count, mib, label):
+    suite = ctx.suite
+    started = [suite.start('hold', ['--gpu', '0:%d' % mib, '--ignore-term', '--title',
+                                    '%s %s-%d' % (suite.run_id, label, i)], '%s%d' % (label, i))
+               for i in range(count)]
+    return [suite.wait_ready(s)['pid'] for s in started]
+
+
+def _blind_kill_to_free(ctx, pids, timeout=30):
+    """SIGKILL every PID at once; seconds until GPU 0 reads back at its baseline (one NVML
+    session opened before the kill, polled every 2 ms), or None."""
+    limit = ctx.suite.baseline.get(0, 0) + 64
+    with Nvml() as nv:
+        t0 = time.perf_counter()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        ok, _waited = wait_for(lambda: nv.used_bytes(0) // MIB <= limit, timeout, 0.002)
+        return round(time.perf_counter() - t0, 3) if ok else None
+
+
+def s11_many_ranks(ctx):
+    """Many ranks on one GPU, all ignoring SIGTERM: the driver tears their contexts down one after
+    another, so the floor is a blind SIGKILL of all of them at once, measured here in the same run.
+    gpu_reclaim's time to free is when its ladder saw the memory back (the wait_release step's
+    at_s + waited_s, from the ladder's start: module import and Ansible's start-up left out, as
+    bench/run reclaim counts the Ladder's own time). A ratio, recorded, never asserted."""
+    for count, mib in RANK_SHAPES:
+        key = '%dx%d' % (count, mib)
+        pids = _start_ranks(ctx, count, mib, 's11b%d' % count)
+        blind = _blind_kill_to_free(ctx, pids)
+        ctx.num('blind_sigkill_to_free_s_%s' % key, blind)
+        ctx.check('%s: a blind SIGKILL of all frees GPU 0' % key, blind is not None)
+        gone, _unused = wait_for(lambda: not [p for p in pids if alive(p)], 10)
+        ctx.check('%s: every blind-killed rank is gone' % key, gone)
+
+        pids = _start_ranks(ctx, count, mib, 's11r%d' % count)
+        call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0], term_timeout=10))
+        acts = res.get('actions') or []
+        signals = [a for a in acts if a.get('step') in ('sigterm', 'sigkill')]
+        release = [a for a in acts if a.get('step') == 'wait_release']
+        first = min(a['at_s'] for a in signals) if signals else None
+        freed_at = (release[0]['at_s'] + (release[0].get('waited_s') or 0.0)) if release else None
+        ctx.num('reclaim_first_signal_at_s_%s' % key, first)
+        ctx.num('reclaim_memory_back_at_s_%s' % key, freed_at and round(freed_at, 3))
+        ctx.num('reclaim_elapsed_s_%s' % key, res.get('elapsed_s'))
+        ctx.num('reclaim_steps_%s' % key, sorted(set(a.get('step') for a in acts)))
+        if blind and freed_at:
+            ctx.num('reclaim_vs_blind_floor_%s' % key, round(freed_at / blind, 3))
+        ctx.check('%s: gpu_reclaim reports free' % key, res.get('free') is True and not res.get('failed'),
+                  res.get('msg'))
+        killed = set(a.get('pid') for a in signals if a.get('step') == 'sigkill' and a.get('changed'))
+        ctx.check('%s: every rank got SIGKILL (SigIgn holds SIGTERM: no grace waited)' % key,
+                  killed == set(pids), sorted(set(pids) - killed))
+        ctx.check('%s: no wait of term_timeout: the SIGKILLs came with the SIGTERMs' % key,
+                  not [a for a in acts if a.get('step') == 'wait' and (a.get('waited_s') or 0) >= 10], acts)
+        _verify_free_after(ctx, [0], pids, time.monotonic())
+
+
 # name, title, function, time limit (s), needs ansible, needs GPUs
 SCENARIOS = [
     ('s1', 'NVML facts: a torch holder is listed with its memory; SIGKILL releases it', s1_nvml_facts,
@@ -604,6 +667,8 @@ SCENARIOS = [
      s9_stopped_holder, 90, True, 1),
     ('s10', 'container-style holder: PID 1 of its own PID namespace (unshare --pid --fork), no runtime',
      s10_container_init, 90, True, 1),
+    ('s11', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
+     'SIGKILL of all, the driver\'s floor', s11_many_ranks, 180, True, 1),
 ]
 
 __all__ = ['SCENARIOS', 'StepError']
