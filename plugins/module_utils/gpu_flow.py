@@ -678,8 +678,8 @@ class Ladder(object):
             if not action.changed:
                 continue
             if holder['pid'] in gone_at:
-                action.result = 'exited after %s in %s' % (signame, _seconds(
-                    max(0.0, gone_at[holder['pid']] - self.started - action.at_s)))
+                action.took_s = round(max(0.0, gone_at[holder['pid']] - self.started - action.at_s), 3)
+                action.result = 'exited after %s in %s' % (signame, _seconds(action.took_s))
             elif signame == 'SIGTERM':
                 action.result = 'still running %s after SIGTERM' % _seconds(timeout)
 

@@ -244,9 +244,10 @@ actions:
       type: float
       returned: always
     took_s:
-      description: "Seconds the step took, for unit stops and reset commands."
+      description: "Seconds the step took: for unit stops and reset commands, how long the command
+        ran; for a signal that ended its process, from the signal until the process was gone."
       type: float
-      returned: when the step waits for a command
+      returned: when the step waits for a command, or a signalled process was seen gone
     pid:
       description: "The process, for signal and unreachable steps."
       type: int
