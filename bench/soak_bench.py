@@ -1,0 +1,365 @@
+"""Randomised soak: gpu_reclaim on random owner shapes on a lab node, as a reliability figure.
+
+usage: bench/run soak [--n N] [--seed S] [--only K[,K...]] [--budget SECONDS] [--kinds a,b]
+                      [--batch B] [--keep]
+
+Boots one lab node (the private lab of LAB_STATE/LAB_RUN/LAB_ADDR_BASE when set, else
+/var/lib/gpuops-lab-bench at base 200; with podman when LAB_CONTAINERS=1), copies the
+collection's plugins and ansible-core's module_utils to it, and runs N trials. Trial K of seed
+S is always the same shape (random.Random("S-K")): a few parts, each on its own GPU, drawn from
+KINDS below, and gpu_reclaim's arguments. The node (bench/soak_node.py) builds the shape, runs
+the module, watches the selected GPUs for longer than the slowest comeback any part could make,
+and cleans up by name; this side judges each trial against what its shape allows:
+
+  wrong kill   a PID that must live (protected, out of scope, a bystander) died, or a
+               bystander or must-live PID was signalled at all (the action log)
+  early free   free: true, and a selected GPU was held again while watched after the run
+  unfreed      a selected GPU the shape allows to end free did not (or the run failed)
+  not ended    a PID the shape says must end (a holder, a respawn loop) still lives
+  wrong reason the run's remaining holders are not exactly the protected holders of selected
+               GPUs, each with reason_code protected (when the module returns reason codes)
+  infra        the lab could not build the shape (not counted against the module)
+
+Prints a table and every failing trial with its replay command; writes
+bench/results/soak.json (every trial's shape, seed, facts, outcome and timing). The whole run
+is bounded by --budget; when it ends first, the table says how many trials ran.
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import benchlib as bl
+
+LAB = os.path.join(bl.REPO, "tests", "lab", "lab")
+NODE_SCRIPT = os.path.join(bl.BENCH, "soak_node.py")
+TREE = "/opt/gpuops-soak"
+LAB_DEFAULTS = {"LAB_STATE": "/var/lib/gpuops-lab-bench", "LAB_RUN": "/run/gpuops-lab-bench",
+                "LAB_ADDR_BASE": "200"}
+GPUS = 8
+FREE_MIB = 128
+SIGNALS = ("sigterm", "sigkill", "sigstop", "sigcont")
+# What each kind is, and what it needs on the node.
+KINDS = {
+    "plain": "a hand-started holder (maybe ignoring SIGTERM, maybe with a forked child holding the context)",
+    "orphan": "a launcher's scheduler child, the launcher SIGKILLed (the seeds)",
+    "unit": "a systemd service holding the GPU, Restart=always|on-failure|no",
+    "container": "a podman container holding the GPU, --restart=always|on-failure|no, with or without --init",
+    "loop": "a respawn loop restarting the holder (depth 1) or a python/bash launcher of it (depth 2); "
+            "each start re-titles after import_s and takes the GPU load_s later",
+    "protected": "a holder matching protect (^keepme): must live, its GPU stays held, reason protected",
+    "outscope": "a holder on a GPU not selected: must live, never signalled",
+    "monitor": "a bystander with only /dev/nvidiactl open: must live, never signalled",
+    "shell": "a bystander shell that started a holder and then only runs other programs: the holder ends, "
+             "the shell lives, never signalled",
+}
+NEEDS = {"container": "podman", "loop": "load_s"}
+TITLES = ["python3 run_inference.py --model kimi", "sglang::scheduler_TP0", "[kworker/3:1]", "VLLM::Worker_TP0"]
+HOLDING = ("plain", "orphan", "unit", "container", "loop", "protected", "outscope", "shell")
+
+
+# --- shapes (pure) ---------------------------------------------------------------------------
+
+
+def comeback_s(part):
+    """The longest a part could take to hold its GPU again after the run, if anything of it
+    brought a holder back: the after-run watch is longer than the slowest part's."""
+    if part["kind"] == "loop":
+        return part["sleep_s"] + part["import_s"] + part["load_s"]
+    if part["kind"] == "unit":
+        return 1.0          # RestartSec=100ms + a Python holder's start on a loaded host
+    if part["kind"] == "container":
+        return 3.0          # podman's restart of an exited container (conmon), on vfs
+    return 0.0
+
+
+def shape(seed, trial, kinds):
+    """Trial `trial` of seed `seed`: {"parts": [...], "args": {...}, "watch_s": s}. Pure and
+    deterministic (random.Random seeded with the string "SEED-TRIAL")."""
+    rng = random.Random("%d-%d" % (seed, trial))
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.choice(kinds)
+        if kind == "container" and any(p["kind"] == "container" for p in parts):
+            kind = "plain"      # one container a trial: podman on vfs is the slowest part
+        part = {"kind": kind}
+        if kind in HOLDING:
+            part["mib"] = rng.choice([300, 1000, 4000])
+        if kind in ("plain", "orphan", "unit", "protected", "container"):
+            part["ignore_term"] = rng.random() < 0.3
+        if kind == "plain":
+            part["title"] = rng.choice(TITLES)
+            part["fork_inherit"] = rng.random() < 0.3
+        elif kind == "outscope":
+            part["title"] = rng.choice(TITLES)
+        elif kind == "unit":
+            part["restart"] = rng.choice(["always", "on-failure", "no"])
+        elif kind == "container":
+            part["restart"] = rng.choice(["always", "on-failure", "no"])
+            part["init"] = rng.random() < 0.5
+        elif kind == "loop":
+            part["depth"] = rng.choice([1, 2])
+            if part["depth"] == 2:
+                part["launcher"] = rng.choice(["python", "bash"])
+            part["sleep_s"] = rng.choice([0.1, 0.3, 1.0])
+            part["import_s"] = rng.choice([0.0, 0.5, 1.5])
+            part["load_s"] = rng.choice([0.5, 1.0, 2.0])
+        elif kind == "shell":
+            part["variant"] = rng.choice(["background", "ran-once"])
+        parts.append(part)
+    gpus = rng.sample(range(GPUS), sum(1 for p in parts if p["kind"] in HOLDING))
+    for part in parts:
+        if part["kind"] in HOLDING:
+            part["gpu"] = gpus.pop()
+    used = {p["gpu"] for p in parts if "gpu" in p}
+    outside = {p["gpu"] for p in parts if p["kind"] == "outscope"}
+    selected = {p["gpu"] for p in parts if "gpu" in p and p["kind"] != "outscope"}
+    idle = sorted(set(range(GPUS)) - used)
+    selected |= set(rng.sample(idle, rng.randint(0 if selected else 1, min(2, len(idle)))))
+    assert selected and not selected & outside
+    args = {"gpus": [str(i) for i in sorted(selected)], "protect": ["^keepme"],
+            "term_timeout": rng.choice([1.0, 2.0]), "release_timeout": 5.0, "nvml_timeout": 5.0,
+            "lock_timeout": 30.0}
+    return {"trial": trial, "seed": seed, "parts": parts, "args": args,
+            "watch_s": round(max([1.0] + [comeback_s(p) + 1.0 for p in parts]), 2)}
+
+
+def expect(spec):
+    """What the shape allows: the selected GPUs that must end free, those that stay held
+    (by whom), and whether the run must succeed."""
+    selected = {int(g) for g in spec["args"]["gpus"]}
+    held_by_protected = {p["gpu"] for p in spec["parts"] if p["kind"] == "protected" and p["gpu"] in selected}
+    return {"free_gpus": sorted(selected - held_by_protected), "blocked_gpus": sorted(held_by_protected),
+            "free": not held_by_protected}
+
+
+def judge(spec, facts):
+    """The trial's failures: {kind: [details]} (empty: the trial passed)."""
+    if "shape_error" in facts:
+        return {"infra": [facts["shape_error"]]}
+    exp = expect(spec)
+    result = facts["result"]
+    failures = collections.defaultdict(list)
+    signalled = {a.get("pid") for a in result.get("actions") or [] if a.get("step") in SIGNALS and a.get("changed")}
+    for p in facts["procs"]:
+        label = "%s PID %d (part %d, %s)" % (p["what"], p["pid"], p["part"], spec["parts"][p["part"]]["kind"])
+        if p["role"] in ("live", "bystander"):
+            if not p["alive"]:
+                failures["wrong_kill"].append("%s died" % label)
+            elif p["pid"] in signalled:
+                failures["wrong_kill"].append("%s was signalled" % label)
+        elif p["role"] == "end" and p["alive"]:
+            failures["not_ended"].append("%s still alive" % label)
+    selected = [int(g) for g in spec["args"]["gpus"]]
+    back = [g for g in selected if facts["watch_peak_mib"][g] > FREE_MIB]
+    if result.get("free") is True and back:
+        failures["early_free"].append("free: true, then GPU %s held again (first at %s s of %s s watched)" % (
+            ",".join(map(str, back)), ",".join(str(facts["watch_first_held_s"].get(str(g), 0)) for g in back),
+            facts["watched_s"]))
+    unfreed = [g for g in exp["free_gpus"] if facts["after_mib"][g] > FREE_MIB]
+    if exp["free"] and result.get("free") is not True:
+        failures["unfreed"].append("run failed: %s" % (result.get("msg") or "")[:400])
+    elif unfreed and not failures["early_free"]:
+        failures["unfreed"].append("GPU %s held after the run" % ",".join(map(str, unfreed)))
+    if not exp["free"]:
+        if result.get("free") is True:
+            failures["wrong_reason"].append("free: true while a protected holder keeps GPU %s" % exp["blocked_gpus"])
+        protected = {p["pid"] for p in facts["procs"] if p["role"] == "live"
+                     and spec["parts"][p["part"]]["kind"] == "protected"}
+        remaining = result.get("remaining") or []
+        named = {r.get("pid") for r in remaining}
+        if named != protected:
+            failures["wrong_reason"].append("remaining names PIDs %s, the protected holders are %s" % (
+                sorted(x for x in named if x is not None), sorted(protected)))
+        codes = {r.get("reason_code") for r in remaining if "reason_code" in r}
+        if codes - {"protected"}:
+            failures["wrong_reason"].append("reason codes %s, expected protected" % sorted(codes))
+    for name, state in facts.get("containers", {}).items():
+        if state.get("status") == "removed":
+            failures["wrong_kill"].append("container %s was removed (stop it, never remove it)" % name)
+    if facts.get("cleanup"):
+        failures["infra"].append("clean-up left %s" % facts["cleanup"])
+    return dict(failures)
+
+
+COUNTED = ("wrong_kill", "early_free", "unfreed", "not_ended", "wrong_reason", "infra")
+
+
+# --- the lab side ----------------------------------------------------------------------------
+
+
+def lab(*args, timeout=900, stdin=None):
+    run = subprocess.run([LAB] + list(args), input=stdin, capture_output=True, timeout=timeout, check=False)
+    if run.returncode != 0:
+        raise SystemExit("lab %s failed (rc %d):\n%s\n%s" % (" ".join(args[:2]), run.returncode,
+                                                              run.stdout.decode()[-2000:], run.stderr.decode()[-2000:]))
+    return run.stdout.decode()
+
+
+def install(node):
+    """Copy the module's code (this checkout's plugins, ansible-core's module_utils) and the
+    node script to TREE on the node; return what the node offers (podman, fakegpu --load-s)."""
+    import ansible
+    staging = tempfile.mkdtemp(prefix="bench-soak-")
+    try:
+        coll = os.path.join(staging, "ansible_collections", "gpuops", "reclaim")
+        shutil.copytree(os.path.join(bl.REPO, "plugins"), os.path.join(coll, "plugins"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(os.path.join(os.path.dirname(ansible.__file__), "module_utils"),
+                        os.path.join(staging, "ansible", "module_utils"), ignore=shutil.ignore_patterns("__pycache__"))
+        open(os.path.join(staging, "ansible", "__init__.py"), "w").close()
+        shutil.copy(NODE_SCRIPT, staging)
+        tar = subprocess.run(["tar", "-c", "-C", staging, "."], capture_output=True, check=True).stdout
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    lab("exec", node, "rm -rf %s && mkdir -p %s && tar -x -C %s" % (TREE, TREE, TREE), stdin=tar, timeout=120)
+    out = lab("exec", node, "command -v podman >/dev/null && echo podman; "
+                            "fakegpu hold --help | grep -q -- --load-s && echo load_s; true")
+    return set(out.split())
+
+
+def run_batch(node, specs, deadline, on_line):
+    """Run specs on the node, one JSON line per trial to on_line; bounded by the deadline."""
+    path = "%s/specs.json" % TREE
+    lab("exec", node, "cat > %s" % path, stdin=json.dumps(specs).encode())
+    proc = subprocess.Popen([LAB, "exec", node, "python3 %s/soak_node.py run %s --deadline %.0f"
+                             % (TREE, path, deadline)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    hard = deadline + 400        # a trial started just before the deadline ends well before this
+    try:
+        for line in proc.stdout:
+            on_line(json.loads(line))
+            if time.time() > hard:
+                break
+    finally:
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=max(1, hard - time.time()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                lab("exec", node, "python3 %s/soak_node.py cleanup" % TREE, timeout=300)
+    return proc.returncode
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def replay(spec):
+    return "bench/run soak --seed %d --only %d" % (spec["seed"], spec["trial"])
+
+
+def report(args, seed, trials, started, stopped_by_budget, offered):
+    n = len(trials)
+    counts = {k: sum(len(t["failures"].get(k, [])) for t in trials) for k in COUNTED}
+    failed = [t for t in trials if any(k != "infra" for k in t["failures"])]
+    infra = [t for t in trials if "infra" in t["failures"]]
+    print("\nSoak: seed %d, %d of %d trials run%s, %.0f s; kinds %s" % (
+        seed, n, args.n if not args.only else len(args.only),
+        " (the time budget of %d s ended it first)" % args.budget if stopped_by_budget else "",
+        time.time() - started, ",".join(args.kinds)))
+    by_kind = collections.OrderedDict((k, collections.Counter()) for k in args.kinds)
+    for t in trials:
+        kinds = {p["kind"] for p in t["spec"]["parts"]}
+        for k in kinds:
+            by_kind[k]["trials"] += 1
+            by_kind[k]["failed"] += 1 if any(x != "infra" for x in t["failures"]) else 0
+    print("%-10s %7s %7s" % ("kind", "trials", "failed"))
+    for k, c in by_kind.items():
+        print("%-10s %7d %7d" % (k, c["trials"], c["failed"]))
+    print()
+    print("%-12s %6s" % ("count", "n"))
+    for k in COUNTED:
+        print("%-12s %6d" % (k.replace("_", " "), counts[k]))
+    times = [t["facts"].get("total_s", 0) for t in trials]
+    mod = [t["facts"]["module_s"] for t in trials if "module_s" in t["facts"]]
+    if times:
+        print("\nper trial: median %.2f s (max %.2f); gpu_reclaim run: median %.2f s (max %.2f)" % (
+            statistics.median(times), max(times), statistics.median(mod) if mod else 0, max(mod) if mod else 0))
+    for t in failed + [t for t in infra if t not in failed]:
+        print("\nFAILED trial %d (seed %d): %s\n  shape: %s\n  replay: %s" % (
+            t["spec"]["trial"], seed, json.dumps(t["failures"]), json.dumps(t["spec"]["parts"]),
+            replay(t["spec"])))
+    path = bl.write_json(args.out, {
+        "seed": seed, "n_requested": args.n, "n_run": n, "budget_s": args.budget,
+        "stopped_by_budget": stopped_by_budget, "kinds": args.kinds, "node_offers": sorted(offered),
+        "counts": counts, "failed_trials": [t["spec"]["trial"] for t in failed],
+        "infra_trials": [t["spec"]["trial"] for t in infra],
+        "trials": trials})
+    print("\ntrials: %s" % path)
+    return counts
+
+
+def soak(node, seed, indices, kinds, budget, batch, log=bl.log):
+    """Run trials `indices` of `seed` on `node` (already up and installed); return (trials,
+    stopped_by_budget)."""
+    started = time.time()
+    deadline = started + budget
+    trials = []
+    specs = {i: shape(seed, i, kinds) for i in indices}
+
+    def on_line(facts):
+        spec = specs[facts["trial"]]
+        failures = judge(spec, facts)
+        trials.append({"spec": spec, "facts": facts, "failures": failures})
+        log("trial %d: %s %.1f s  %s" % (facts["trial"], "ok" if not failures else "FAIL " + ",".join(failures),
+                                         facts.get("total_s", 0), " ".join(p["kind"] for p in spec["parts"])))
+
+    todo = list(indices)
+    while todo and time.time() < deadline:
+        chunk, todo = todo[:batch], todo[batch:]
+        run_batch(node, [specs[i] for i in chunk], deadline, on_line)
+    return trials, len(trials) < len(indices)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=50, help="trials (default 50)")
+    parser.add_argument("--seed", type=int, help="base seed (default: from the clock, printed)")
+    parser.add_argument("--only", help="run only these trials of --seed (comma-separated): a replay")
+    parser.add_argument("--budget", type=float, default=1800, help="seconds for the whole run (default 1800)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="kinds to draw from (default: all the node offers)")
+    parser.add_argument("--batch", type=int, default=25, help="trials per SSH call (default 25)")
+    parser.add_argument("--out", default="soak.json", help="file name under bench/results (default soak.json)")
+    parser.add_argument("--keep", action="store_true", help="leave the lab node up afterwards")
+    args = parser.parse_args()
+    kinds = args.kinds.split(",")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or args.n < 1 or args.budget <= 0 or args.batch < 1:
+        parser.error("--kinds: unknown %s (known: %s); --n, --budget and --batch must be positive"
+                     % (",".join(unknown) or "none", ",".join(KINDS)))
+    if args.only and args.seed is None:
+        parser.error("--only replays trials of one seed: give --seed too")
+    seed = args.seed if args.seed is not None else int(time.time()) % 100000
+    only = [int(k) for k in args.only.split(",")] if args.only else None
+    for key, value in LAB_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    bl.log("lab up 1 (LAB_STATE=%s LAB_ADDR_BASE=%s LAB_CONTAINERS=%s)" % (
+        os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"], os.environ.get("LAB_CONTAINERS", "")))
+    lab("up", "1")
+    node = "node1"
+    started = time.time()
+    try:
+        offered = install(node)
+        missing = {k: NEEDS[k] for k in kinds if k in NEEDS and NEEDS[k] not in offered}
+        if missing:
+            bl.log("left out (the node lacks it): %s" % ", ".join("%s (needs %s)" % kv for kv in missing.items()))
+        args.kinds = [k for k in kinds if k not in missing]
+        bl.log("seed %d; kinds %s" % (seed, ",".join(args.kinds)))
+        args.only = only
+        trials, stopped = soak(node, seed, only or range(args.n), args.kinds, args.budget, args.batch)
+    finally:
+        if not args.keep:
+            lab("down")
+    counts = report(args, seed, trials, started, stopped, offered)
+    return 1 if any(counts[k] for k in COUNTED if k != "infra") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
