@@ -59,12 +59,19 @@ KINDS = {
     "monitor": "a bystander with only /dev/nvidiactl open: must live, never signalled",
     "shell": "a bystander shell that started a holder and then only runs other programs: the holder ends, "
              "the shell lives, never signalled",
+    "guest": "the trial's parts (plain, orphan, unit, protected, outscope, monitor) run in the node, and "
+             "gpu_reclaim runs on the controller around it (a host around its guest, tests/integration/"
+             "test_guests.py): a guest unit that restarts what the host ended keeps its GPU, named",
 }
+# The parts of a guest trial: what a host sees of a guest. Loops and shells are left out (their
+# respawner would be the guest's), containers too (a runtime in a guest is a guest's).
+GUEST_PARTS = ("plain", "orphan", "unit", "protected", "outscope", "monitor")
 NEEDS = {"container": "podman", "loop": "load_s"}
 # How often each kind is drawn: a podman container on the lab's vfs storage costs about 5 s
 # to start and stop, the other parts under 1 s (measured on the 2-core host, seed 1).
 WEIGHTS = {"plain": 3, "orphan": 2, "unit": 2, "container": 1, "loop": 3, "protected": 1, "outscope": 1,
            "monitor": 1, "shell": 2}
+GUEST_SHARE = 0.1      # of the trials, when "guest" is among the kinds
 TITLES = ["python3 run_inference.py --model kimi", "sglang::scheduler_TP0", "[kworker/3:1]", "VLLM::Worker_TP0"]
 HOLDING = ("plain", "orphan", "unit", "container", "loop", "protected", "outscope", "shell")
 
@@ -92,9 +99,11 @@ def shape(seed, trial, kinds):
     """Trial `trial` of seed `seed`: {"parts": [...], "args": {...}, "watch_s": s}. Pure and
     deterministic (random.Random seeded with the string "SEED-TRIAL")."""
     rng = random.Random("%d-%d" % (seed, trial))
+    host = "guest" in kinds and rng.random() < GUEST_SHARE
+    drawn = [k for k in kinds if k != "guest" and (k in GUEST_PARTS or not host)]
     parts = []
     for _ in range(rng.randint(1, 4)):
-        kind = rng.choices(kinds, [WEIGHTS[k] for k in kinds])[0]
+        kind = rng.choices(drawn, [WEIGHTS[k] for k in drawn])[0]
         if kind == "container" and any(p["kind"] == "container" for p in parts):
             kind = "plain"      # one container a trial: podman on vfs is the slowest part
         part = {"kind": kind}
@@ -135,8 +144,16 @@ def shape(seed, trial, kinds):
     args = {"gpus": [str(i) for i in sorted(selected)], "protect": ["^keepme"],
             "term_timeout": rng.choice([1.0, 2.0]), "release_timeout": 5.0, "nvml_timeout": 5.0,
             "lock_timeout": 30.0}
-    return {"trial": trial, "seed": seed, "parts": parts, "args": args,
+    return {"trial": trial, "seed": seed, "parts": parts, "args": args, "host": host,
             "watch_s": round(max([1.0] + [comeback_s(p) + 1.0 for p in parts]), 2)}
+
+
+def guest_comes_back(spec, part):
+    """In a guest trial, the guest's systemd starts a unit's holder again after the host ended
+    it: Restart=always, or on-failure when it took SIGKILL (it ignores SIGTERM; SIGTERM is a
+    clean end for on-failure)."""
+    return spec.get("host") and part["kind"] == "unit" and (
+        part["restart"] == "always" or (part["restart"] == "on-failure" and part["ignore_term"]))
 
 
 def expect(spec):
@@ -144,8 +161,11 @@ def expect(spec):
     (by whom), and whether the run must succeed."""
     selected = {int(g) for g in spec["args"]["gpus"]}
     held_by_protected = {p["gpu"] for p in spec["parts"] if p["kind"] == "protected" and p["gpu"] in selected}
-    return {"free_gpus": sorted(selected - held_by_protected), "blocked_gpus": sorted(held_by_protected),
-            "free": not held_by_protected}
+    guest_units = {p["gpu"]: "soak-%d-%d.service" % (spec["trial"], k) for k, p in enumerate(spec["parts"])
+                   if guest_comes_back(spec, p) and p["gpu"] in selected}
+    blocked = held_by_protected | set(guest_units)
+    return {"free_gpus": sorted(selected - blocked), "blocked_gpus": sorted(blocked),
+            "protected_gpus": sorted(held_by_protected), "guest_units": guest_units, "free": not blocked}
 
 
 def judge(spec, facts):
@@ -156,6 +176,8 @@ def judge(spec, facts):
     result = facts["result"]
     failures = collections.defaultdict(list)
     signalled = {a.get("pid") for a in result.get("actions") or [] if a.get("step") in SIGNALS and a.get("changed")}
+    for pid in result.get("soak_signalled_outside_node") or []:
+        failures["wrong_kill"].append("controller PID %d, not the node's, was signalled" % pid)
     for p in facts["procs"]:
         label = "%s PID %d (part %d, %s)" % (p["what"], p["pid"], p["part"], spec["parts"][p["part"]]["kind"])
         if p["role"] in ("live", "bystander"):
@@ -182,13 +204,27 @@ def judge(spec, facts):
         protected = {p["pid"] for p in facts["procs"] if p["role"] == "live"
                      and spec["parts"][p["part"]]["kind"] == "protected"}
         remaining = result.get("remaining") or []
-        named = {r.get("pid") for r in remaining}
-        if named != protected:
-            failures["wrong_reason"].append("remaining names PIDs %s, the protected holders are %s" % (
-                sorted(x for x in named if x is not None), sorted(protected)))
-        codes = {r.get("reason_code") for r in remaining if "reason_code" in r}
+        on_blocked = [r for r in remaining if set(r.get("gpus") or []) & set(exp["protected_gpus"])]
+        named = {r.get("pid") for r in on_blocked}
+        # Besides the protected holders, a process with the device open is named on a GPU still
+        # held (it blocks a reset) when the last survey read every process: here only a
+        # bystander monitor may be one (nvidiactl).
+        bystanders = {p["pid"] for p in facts["procs"] if p["role"] == "bystander"}
+        handles = {r.get("pid") for r in on_blocked if r.get("pid") in bystanders
+                   and (r.get("reason_code") == "device_open" or "device open" in (r.get("reason") or ""))}
+        if named - handles != protected:
+            failures["wrong_reason"].append("remaining names PIDs %s on the protected holders' GPUs (handles %s), "
+                                            "the protected holders are %s" % (
+                                                sorted(x for x in named if x), sorted(handles), sorted(protected)))
+        codes = {r.get("reason_code") for r in remaining if r.get("pid") in protected and "reason_code" in r}
         if codes - {"protected"}:
-            failures["wrong_reason"].append("reason codes %s, expected protected" % sorted(codes))
+            failures["wrong_reason"].append("reason codes %s for protected holders" % sorted(codes))
+        # A guest's unit that restarts what the host ended: the failure names it (the host never
+        # stops a guest's unit; its lever is the guest's systemctl).
+        for gpu, unit in sorted(exp["guest_units"].items()):
+            if unit not in (result.get("msg") or ""):
+                failures["wrong_reason"].append("GPU %d: the failure does not name guest unit %s: %s" % (
+                    gpu, unit, (result.get("msg") or "")[:300]))
     for name, state in facts.get("containers", {}).items():
         if state.get("status") == "removed":
             failures["wrong_kill"].append("container %s was removed (stop it, never remove it)" % name)
@@ -233,6 +269,128 @@ def install(node):
     return set(out.split())
 
 
+def node_record(node):
+    with open(os.path.join(os.environ.get("LAB_RUN", "/run/gpuops-lab"), "nodes", "%s.json" % node)) as handle:
+        return json.load(handle)
+
+
+def foreign_nodes():
+    """PIDs of systemd-nspawn processes on the controller that are not this lab's nodes.
+
+    A guest trial runs gpu_reclaim on the controller, and the controller is the host of every
+    lab's nodes: a holder in another lab's node has its own /dev/nvidiaN open, and from the
+    controller that reads as the very path of this node's GPU (one kernel, many stand-in
+    drivers; on a real host every guest's /dev/nvidiaN is the host's GPU). The module would
+    take it for a holder of the selected GPU and end it. Seen at 21:53 on the shared host:
+    another lab's protected holder was named among this node's remaining holders. So guest
+    trials run only while no other lab's node is up."""
+    mine = set()
+    run_dir = os.path.join(os.environ.get("LAB_RUN", "/run/gpuops-lab"), "nodes")
+    for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
+        with open(os.path.join(run_dir, name)) as handle:
+            mine.add(json.load(handle).get("nspawn_pid"))
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/comm" % entry) as handle:
+                if handle.read().strip() == "systemd-nspawn" and int(entry) not in mine:
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return sorted(found)
+
+
+def available(kinds, offered):
+    """(the kinds that can run here, {left-out kind: what it needs})."""
+    missing = {k: NEEDS[k] for k in kinds if k in NEEDS and NEEDS[k] not in offered}
+    if "guest" in kinds:
+        foreign = foreign_nodes()
+        if foreign:
+            missing["guest"] = ("no other lab's node on this controller (systemd-nspawn PIDs %s are not this "
+                                "lab's)" % ", ".join(map(str, foreign[:5])))
+    return [k for k in kinds if k not in missing], missing
+
+
+def node_pids(pid_ns):
+    """{controller PID: node PID} of every process in the node's own PID namespace."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink("/proc/%s/ns/pid" % entry) != pid_ns:
+                continue
+            with open("/proc/%s/status" % entry) as handle:
+                nspid = [line.split()[1:] for line in handle if line.startswith("NSpid:")][0]
+        except (OSError, IndexError):
+            continue
+        found[int(entry)] = int(nspid[-1])
+    return found
+
+
+def to_node_pids(value, pids):
+    """The result with every `pid` and `pids` the controller's PID of a node process turned
+    into the node's PID (what the node's facts name); others are left as they are."""
+    if isinstance(value, list):
+        return [to_node_pids(v, pids) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if key == "pid" and isinstance(item, int):
+            out[key] = pids.get(item, item)
+        elif key == "pids" and isinstance(item, list):
+            out[key] = [pids.get(x, x) if isinstance(x, int) else x for x in item]
+        else:
+            out[key] = to_node_pids(item, pids)
+    return out
+
+
+def host_module(node, spec):
+    """gpu_reclaim on the controller around `node` (test_guests.py's arrangement: the stand-in
+    driver's state read through the node's root), its result in node PIDs, written into the
+    node for soak_node.py to read."""
+    record = node_record(node)
+    before = node_pids(record["pid_ns"])
+    workdir = tempfile.mkdtemp(prefix="bench-soak-host-")
+    try:
+        args_path = os.path.join(workdir, "args.json")
+        with open(args_path, "w") as handle:
+            json.dump({"ANSIBLE_MODULE_ARGS": spec["args"]}, handle)
+        env = dict(os.environ, PYTHONPATH=bl.COLLECTIONS, LD_LIBRARY_PATH=bl.LIB_DIR,
+                   FAKEGPU_ROOT="/proc/%d/root" % record["leader_pid"])
+        started = time.monotonic()
+        try:
+            run = subprocess.run([sys.executable, "-m", "ansible_collections.gpuops.reclaim.plugins.modules.gpu_reclaim",
+                                  args_path], cwd=workdir, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                 text=True, timeout=180, check=False)
+            try:
+                result = json.loads(run.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                result = {"failed": True, "soak_no_result": True,
+                          "msg": "soak: no JSON from gpu_reclaim on the controller (rc %d): %s"
+                          % (run.returncode, (run.stderr or run.stdout)[-1000:])}
+        except subprocess.TimeoutExpired:
+            result = {"failed": True, "soak_timeout": True, "msg": "soak: gpu_reclaim on the controller ran past 180 s"}
+        took = time.monotonic() - started
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    pids = node_pids(record["pid_ns"])
+    pids.update(before)
+    # A process the module signalled that is not this node's is another lab's (foreign_nodes):
+    # named, and a wrong kill.
+    result["soak_signalled_outside_node"] = sorted(
+        a["pid"] for a in result.get("actions") or []
+        if a.get("step") in SIGNALS and a.get("changed") and a.get("pid") not in pids)
+    result = to_node_pids(result, pids)
+    result["soak_module_s"] = round(took, 3)
+    run_dir = "/proc/%d/root/run/gpuops-soak" % record["leader_pid"]
+    path = os.path.join(run_dir, "host-result-%d.json" % spec["trial"])
+    with open(path + ".new", "w") as handle:
+        json.dump(result, handle)
+    os.rename(path + ".new", path)
+
+
 def run_batch(node, specs, deadline, on_line):
     """Run specs on the node, one JSON line per trial to on_line; bounded by the deadline."""
     path = "%s/specs.json" % TREE
@@ -274,8 +432,8 @@ def report(args, seed, trials, started, stopped_by_budget, offered):
         time.time() - started, ",".join(args.kinds)))
     by_kind = collections.OrderedDict((k, collections.Counter()) for k in args.kinds)
     for t in trials:
-        kinds = {p["kind"] for p in t["spec"]["parts"]}
-        for k in kinds:
+        kinds = {p["kind"] for p in t["spec"]["parts"]} | ({"guest"} if t["spec"].get("host") else set())
+        for k in kinds & set(by_kind):
             by_kind[k]["trials"] += 1
             by_kind[k]["failed"] += 1 if any(x != "infra" for x in t["failures"]) else 0
     print("%-10s %7s %7s" % ("kind", "trials", "failed"))
@@ -313,11 +471,15 @@ def soak(node, seed, indices, kinds, budget, batch, log=bl.log):
     specs = {i: shape(seed, i, kinds) for i in indices}
 
     def on_line(facts):
+        if "await_host_module" in facts:
+            host_module(node, specs[facts["await_host_module"]])
+            return
         spec = specs[facts["trial"]]
         failures = judge(spec, facts)
         trials.append({"spec": spec, "facts": facts, "failures": failures})
-        log("trial %d: %s %.1f s  %s" % (facts["trial"], "ok" if not failures else "FAIL " + ",".join(failures),
-                                         facts.get("total_s", 0), " ".join(p["kind"] for p in spec["parts"])))
+        log("trial %d: %s %.1f s  %s%s" % (facts["trial"], "ok" if not failures else "FAIL " + ",".join(failures),
+                                           facts.get("total_s", 0), "guest: " if spec.get("host") else "",
+                                           " ".join(p["kind"] for p in spec["parts"])))
 
     todo = list(indices)
     while todo and time.time() < deadline:
@@ -355,10 +517,9 @@ def main():
     started = time.time()
     try:
         offered = install(node)
-        missing = {k: NEEDS[k] for k in kinds if k in NEEDS and NEEDS[k] not in offered}
+        args.kinds, missing = available(kinds, offered)
         if missing:
-            bl.log("left out (the node lacks it): %s" % ", ".join("%s (needs %s)" % kv for kv in missing.items()))
-        args.kinds = [k for k in kinds if k not in missing]
+            bl.log("left out: %s" % "; ".join("%s (needs %s)" % kv for kv in missing.items()))
         bl.log("seed %d; kinds %s" % (seed, ",".join(args.kinds)))
         args.only = only
         trials, stopped = soak(node, seed, only or range(args.n), args.kinds, args.budget, args.batch)

@@ -84,18 +84,24 @@ def read_file(path):
 
 
 class Gpus:
-    """Used MiB per GPU through the stand-in NVML (pynvml, as the module reads it)."""
+    """Used MiB per GPU through the stand-in NVML (pynvml, as the module reads it). NVML holds
+    every device file open while initialised, as the real library does: this observer would be
+    a handle holder the module names (a host around the node reads every process). So each
+    reading initialises NVML and shuts it down again: nothing of it is open during a run."""
 
     def __init__(self):
         import pynvml
         self.nvml = pynvml
-        pynvml.nvmlInit()
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
 
     def used(self):
-        # v2: "used" without the driver-reserved part, as nvidia-smi shows it and the module reads it
-        return [self.nvml.nvmlDeviceGetMemoryInfo(h, version=self.nvml.nvmlMemory_v2).used // (1024 * 1024)
-                for h in self.handles]
+        nvml = self.nvml
+        nvml.nvmlInit()
+        try:
+            # v2: "used" without the driver-reserved part, as nvidia-smi shows it and the module reads it
+            return [nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i), version=nvml.nvmlMemory_v2).used
+                    // (1024 * 1024) for i in range(nvml.nvmlDeviceGetCount())]
+        finally:
+            nvml.nvmlShutdown()
 
 
 def scope(name, shell):
@@ -288,6 +294,23 @@ def run_module(args):
                 % (run.returncode, (run.stderr or run.stdout)[-1000:]), "soak_no_result": True}, took
 
 
+def await_host_module(spec, built):
+    """A guest trial: the module runs on the controller, around this node (as on a Proxmox host
+    around its LXC guest). Say which processes the shape has, then wait (bounded) for the
+    controller to drop the module's result, PIDs translated to this node's, into RUN."""
+    path = "%s/host-result-%d.json" % (RUN, spec["trial"])
+    print(json.dumps({"await_host_module": spec["trial"],
+                      "procs": [p["pid"] for s in built for p in s["procs"]]}), flush=True)
+    started = time.monotonic()
+    try:
+        text = wait_for(lambda: read_file(path).strip(), "the controller's gpu_reclaim result", timeout=MODULE_S + 60)
+    except ShapeError:
+        return {"failed": True, "msg": "soak: no result from the controller's gpu_reclaim",
+                "soak_no_result": True}, time.monotonic() - started
+    result = json.loads(text)
+    return result, result.pop("soak_module_s", time.monotonic() - started)
+
+
 def unit_state(unit):
     return sh("systemctl is-active %s || true" % unit, check=False).strip()
 
@@ -312,10 +335,10 @@ def trial(spec, gpus):
         facts["before_mib"] = gpus.used()
         facts["build_s"] = round(time.monotonic() - t0, 3)
 
-        result, took = run_module(spec["args"])
+        result, took = await_host_module(spec, built) if spec.get("host") else run_module(spec["args"])
         facts["module_s"] = round(took, 3)
         facts["result"] = {k: result.get(k) for k in ("free", "failed", "msg", "actions", "remaining", "elapsed_s",
-                                                      "soak_timeout", "soak_no_result")}
+                                                      "soak_timeout", "soak_no_result", "soak_signalled_outside_node")}
         facts["alive_after_run"] = {str(p["pid"]): alive(p["pid"], p["start"]) for s in built for p in s["procs"]}
 
         # After the run: watch the selected GPUs for longer than the slowest comeback any part

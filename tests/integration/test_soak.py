@@ -6,7 +6,8 @@ selected, a monitor and a shell as bystanders), each judged against what its sha
 The seed is drawn at each run and printed on failure with the failing trial's shape and its
 replay command (`bench/run soak --seed S --only K`); SOAK_SEED and SOAK_N set them. Kinds the
 node cannot build are left out and named (containers need LAB_CONTAINERS=1; loops need
-`fakegpu hold --load-s`).
+`fakegpu hold --load-s`; guest trials, gpu_reclaim on the controller around the node, need a
+controller with no other lab's node up: see soak_bench.foreign_nodes).
 """
 
 import json
@@ -29,10 +30,9 @@ BUDGET_S = 600
 def test_random_owner_shapes_no_wrong_kill_no_early_free_no_unfreed_gpu(lab, node):
     seed = int(os.environ.get("SOAK_SEED", str(int(time.time()) % 100000)))
     offered = sb.install(node)
-    kinds = [k for k in sb.KINDS if k not in sb.NEEDS or sb.NEEDS[k] in offered]
-    left_out = sorted(set(sb.KINDS) - set(kinds))
-    print("soak seed %d, %d trials, kinds %s, left out (node lacks them): %s"
-          % (seed, N, ",".join(kinds), ",".join(left_out) or "none"))
+    kinds, left_out = sb.available(list(sb.KINDS), offered)
+    print("soak seed %d, %d trials, kinds %s, left out: %s"
+          % (seed, N, ",".join(kinds), "; ".join("%s (needs %s)" % kv for kv in left_out.items()) or "none"))
 
     trials, stopped = sb.soak(node, seed, range(N), kinds, BUDGET_S, batch=N, log=print)
 
