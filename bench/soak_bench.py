@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import benchlib as bl
@@ -51,7 +52,10 @@ KINDS = {
     "plain": "a hand-started holder (maybe ignoring SIGTERM, maybe with a forked child holding the context)",
     "orphan": "a launcher's scheduler child, the launcher SIGKILLed (the seeds)",
     "unit": "a systemd service holding the GPU, Restart=always|on-failure|no",
-    "container": "a podman container holding the GPU, --restart=always|on-failure|no, with or without --init",
+    "container": "a podman (or docker, on a runtimes node) container holding the GPU, --restart=always|on-failure|no, "
+                 "with or without --init",
+    "supervised": "a program of a real supervisor (supervisord or runit, on a runtimes node), autorestart on, beside "
+                  "another program of it: the holder ends; the other program, the supervisor and its unit live",
     "loop": "a respawn loop restarting the holder (depth 1) or a python/bash launcher of it (depth 2); "
             "each start re-titles after import_s and takes the GPU load_s later",
     "protected": "a holder matching protect (^keepme): must live, its GPU stays held, reason protected",
@@ -66,14 +70,16 @@ KINDS = {
 # The parts of a guest trial: what a host sees of a guest. Loops and shells are left out (their
 # respawner would be the guest's), containers too (a runtime in a guest is a guest's).
 GUEST_PARTS = ("plain", "orphan", "unit", "protected", "outscope", "monitor")
-NEEDS = {"container": "podman", "loop": "load_s"}
+# kind -> what the node must offer, any of (install() reads it from the node)
+NEEDS = {"container": ("podman", "docker"), "supervised": ("supervisord", "runit"), "loop": ("load_s",)}
+RUNTIMES, SUPERVISORS = ("podman", "docker"), ("supervisord", "runit")
 # How often each kind is drawn: a podman container on the lab's vfs storage costs about 5 s
 # to start and stop, the other parts under 1 s (measured on the 2-core host, seed 1).
-WEIGHTS = {"plain": 3, "orphan": 2, "unit": 2, "container": 1, "loop": 3, "protected": 1, "outscope": 1,
-           "monitor": 1, "shell": 2}
+WEIGHTS = {"plain": 3, "orphan": 2, "unit": 2, "container": 1, "supervised": 2, "loop": 3, "protected": 1,
+           "outscope": 1, "monitor": 1, "shell": 2}
 GUEST_SHARE = 0.1      # of the trials, when "guest" is among the kinds
 TITLES = ["python3 run_inference.py --model kimi", "sglang::scheduler_TP0", "[kworker/3:1]", "VLLM::Worker_TP0"]
-HOLDING = ("plain", "orphan", "unit", "container", "loop", "protected", "outscope", "shell")
+HOLDING = ("plain", "orphan", "unit", "container", "supervised", "loop", "protected", "outscope", "shell")
 
 
 # --- shapes (pure) ---------------------------------------------------------------------------
@@ -92,12 +98,17 @@ def comeback_s(part):
         # podman's restart of a --restart=always container whose holder was SIGKILLed: its GPU
         # held again 0.55-0.67 s later (3 kills, same host)
         return 2.0
+    if part["kind"] == "supervised":
+        # runsv waits 1 s before it starts a service again; supervisord at once; then a
+        # Python holder's start
+        return 2.0
     return 0.0
 
 
-def shape(seed, trial, kinds):
+def shape(seed, trial, kinds, offered=("podman", "supervisord", "runit")):
     """Trial `trial` of seed `seed`: {"parts": [...], "args": {...}, "watch_s": s}. Pure and
-    deterministic (random.Random seeded with the string "SEED-TRIAL")."""
+    deterministic (random.Random seeded with the string "SEED-TRIAL") for the same kinds and
+    node offer (a container's runtime and a supervisor are drawn from what the node has)."""
     rng = random.Random("%d-%d" % (seed, trial))
     host = "guest" in kinds and rng.random() < GUEST_SHARE
     drawn = [k for k in kinds if k != "guest" and (k in GUEST_PARTS or not host)]
@@ -119,6 +130,7 @@ def shape(seed, trial, kinds):
         elif kind == "unit":
             part["restart"] = rng.choice(["always", "on-failure", "no"])
         elif kind == "container":
+            part["runtime"] = rng.choice([r for r in RUNTIMES if r in offered])
             part["restart"] = rng.choice(["always", "on-failure", "no"])
             part["init"] = rng.random() < 0.5
         elif kind == "loop":
@@ -128,6 +140,8 @@ def shape(seed, trial, kinds):
             part["sleep_s"] = rng.choice([0.1, 0.3, 1.0])
             part["import_s"] = rng.choice([0.0, 0.5, 1.5])
             part["load_s"] = rng.choice([0.5, 1.0, 2.0])
+        elif kind == "supervised":
+            part["supervisor"] = rng.choice([x for x in SUPERVISORS if x in offered])
         elif kind == "shell":
             part["variant"] = rng.choice(["background", "ran-once"])
         parts.append(part)
@@ -225,6 +239,10 @@ def judge(spec, facts):
             if unit not in (result.get("msg") or ""):
                 failures["wrong_reason"].append("GPU %d: the failure does not name guest unit %s: %s" % (
                     gpu, unit, (result.get("msg") or "")[:300]))
+    for program, state in facts.get("supervised", {}).items():
+        if program.endswith("-bystander") and state != "running":
+            failures["wrong_kill"].append("supervised program %s is %s (only the holder's program may stop)"
+                                          % (program, state))
     for name, state in facts.get("containers", {}).items():
         if state.get("status") == "removed":
             failures["wrong_kill"].append("container %s was removed (stop it, never remove it)" % name)
@@ -264,7 +282,8 @@ def install(node):
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     lab("exec", node, "rm -rf %s && mkdir -p %s && tar -x -C %s" % (TREE, TREE, TREE), stdin=tar, timeout=120)
-    out = lab("exec", node, "command -v podman >/dev/null && echo podman; "
+    out = lab("exec", node, "for t in podman docker supervisord; do command -v $t >/dev/null && echo $t; done; "
+                            "command -v runsvdir >/dev/null && systemctl cat runit.service >/dev/null 2>&1 && echo runit; "
                             "fakegpu hold --help | grep -q -- --load-s && echo load_s; true")
     return set(out.split())
 
@@ -302,7 +321,7 @@ def foreign_nodes():
 
 def available(kinds, offered):
     """(the kinds that can run here, {left-out kind: what it needs})."""
-    missing = {k: NEEDS[k] for k in kinds if k in NEEDS and NEEDS[k] not in offered}
+    missing = {k: " or ".join(NEEDS[k]) for k in kinds if k in NEEDS and not set(NEEDS[k]) & set(offered)}
     if "guest" in kinds:
         foreign = foreign_nodes()
         if foreign:
@@ -462,29 +481,48 @@ def report(args, seed, trials, started, stopped_by_budget, offered):
     return counts
 
 
-def soak(node, seed, indices, kinds, budget, batch, log=bl.log):
-    """Run trials `indices` of `seed` on `node` (already up and installed); return (trials,
-    stopped_by_budget)."""
+def soak(nodes, seed, indices, kinds, budget, batch, log=bl.log, offered=("podman", "supervisord", "runit")):
+    """Run trials `indices` of `seed` on `nodes` (up and installed; one name or a list), the
+    trials dealt round-robin, one thread per node; return (trials, stopped_by_budget)."""
+    nodes = [nodes] if isinstance(nodes, str) else list(nodes)
     started = time.time()
     deadline = started + budget
     trials = []
-    specs = {i: shape(seed, i, kinds) for i in indices}
+    lock = threading.Lock()
+    specs = {i: shape(seed, i, kinds, offered) for i in indices}
+    errors = []
 
-    def on_line(facts):
+    def on_line(node, facts):
         if "await_host_module" in facts:
             host_module(node, specs[facts["await_host_module"]])
             return
         spec = specs[facts["trial"]]
         failures = judge(spec, facts)
-        trials.append({"spec": spec, "facts": facts, "failures": failures})
-        log("trial %d: %s %.1f s  %s%s" % (facts["trial"], "ok" if not failures else "FAIL " + ",".join(failures),
-                                           facts.get("total_s", 0), "guest: " if spec.get("host") else "",
-                                           " ".join(p["kind"] for p in spec["parts"])))
+        with lock:
+            trials.append({"spec": spec, "facts": dict(facts, node=node), "failures": failures})
+            log("trial %d: %s %.1f s  %s%s%s" % (
+                facts["trial"], "ok" if not failures else "FAIL " + ",".join(failures), facts.get("total_s", 0),
+                "%s " % node if len(nodes) > 1 else "", "guest: " if spec.get("host") else "",
+                " ".join(p["kind"] for p in spec["parts"])))
 
-    todo = list(indices)
-    while todo and time.time() < deadline:
-        chunk, todo = todo[:batch], todo[batch:]
-        run_batch(node, [specs[i] for i in chunk], deadline, on_line)
+    def worker(node, mine):
+        try:
+            while mine and time.time() < deadline:
+                chunk, mine = mine[:batch], mine[batch:]
+                run_batch(node, [specs[i] for i in chunk], deadline, lambda facts: on_line(node, facts))
+        except BaseException as exc:   # reported after the other nodes finish
+            errors.append("%s: %r" % (node, exc))
+
+    indices = list(indices)
+    threads = [threading.Thread(target=worker, args=(node, indices[j::len(nodes)]), daemon=True)
+               for j, node in enumerate(nodes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise SystemExit("soak: %s" % "; ".join(errors))
+    trials.sort(key=lambda t: t["spec"]["trial"])
     return trials, len(trials) < len(indices)
 
 
@@ -497,12 +535,13 @@ def main():
     parser.add_argument("--kinds", default=",".join(KINDS), help="kinds to draw from (default: all the node offers)")
     parser.add_argument("--batch", type=int, default=25, help="trials per SSH call (default 25)")
     parser.add_argument("--out", default="soak.json", help="file name under bench/results (default soak.json)")
+    parser.add_argument("--nodes", type=int, default=1, help="lab nodes to deal the trials over (default 1)")
     parser.add_argument("--keep", action="store_true", help="leave the lab node up afterwards")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     unknown = [k for k in kinds if k not in KINDS]
-    if unknown or args.n < 1 or args.budget <= 0 or args.batch < 1:
-        parser.error("--kinds: unknown %s (known: %s); --n, --budget and --batch must be positive"
+    if unknown or args.n < 1 or args.budget <= 0 or args.batch < 1 or not 1 <= args.nodes <= 4:
+        parser.error("--kinds: unknown %s (known: %s); --n, --budget and --batch must be positive, --nodes 1..4"
                      % (",".join(unknown) or "none", ",".join(KINDS)))
     if args.only and args.seed is None:
         parser.error("--only replays trials of one seed: give --seed too")
@@ -510,19 +549,20 @@ def main():
     only = [int(k) for k in args.only.split(",")] if args.only else None
     for key, value in LAB_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    bl.log("lab up 1 (LAB_STATE=%s LAB_ADDR_BASE=%s LAB_CONTAINERS=%s)" % (
-        os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"], os.environ.get("LAB_CONTAINERS", "")))
-    lab("up", "1")
-    node = "node1"
+    bl.log("lab up %d (LAB_STATE=%s LAB_ADDR_BASE=%s LAB_CONTAINERS=%s)" % (
+        args.nodes, os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"], os.environ.get("LAB_CONTAINERS", "")))
+    lab("up", str(args.nodes))
+    nodes = ["node%d" % i for i in range(1, args.nodes + 1)]
     started = time.time()
     try:
-        offered = install(node)
+        offered = set.intersection(*[install(node) for node in nodes])
         args.kinds, missing = available(kinds, offered)
         if missing:
             bl.log("left out: %s" % "; ".join("%s (needs %s)" % kv for kv in missing.items()))
         bl.log("seed %d; kinds %s" % (seed, ",".join(args.kinds)))
         args.only = only
-        trials, stopped = soak(node, seed, only or range(args.n), args.kinds, args.budget, args.batch)
+        trials, stopped = soak(nodes, seed, only or range(args.n), args.kinds, args.budget, args.batch,
+                               offered=offered)
     finally:
         if not args.keep:
             lab("down")

@@ -16,6 +16,7 @@ and ansible-core's module_utils): the module's own code, without AnsiballZ's wra
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -183,19 +184,100 @@ def build_unit(name, part, gpus):
     return {"procs": [proc(rec["pid"], "end", "unit's holder")], "unit": PREFIX + name + ".service"}
 
 
+DOCKER_STAND_IN = ("opt/gpuops-lab usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 "
+                   "usr/local/bin/fakegpu usr/local/bin/nvidia-smi usr/local/bin/fakeserve")
+# docker imports the lab's base tree (bound read-only into a runtimes node) and the stand-in
+# (tests/integration/test_docker.py's image); a tag per the stand-in's content.
+DOCKER_IMAGE = (
+    "set -e; tag=$(cd / && find %s -type f -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-12); "
+    "img=localhost/gpuops-lab-base:$tag; "
+    "docker image inspect \"$img\" >/dev/null 2>&1 || "
+    "tar -C /opt/gpuops-lab-base -c . -C / %s | docker import - \"$img\" >/dev/null; echo \"$img\""
+    % (DOCKER_STAND_IN, DOCKER_STAND_IN))
+
+
 def build_container(name, part, gpus):
-    sh(IMPORT_IMAGE, timeout=120)
+    """A container of the part's runtime (podman, or docker on a runtimes node) whose process
+    holds the GPU; with --init the holder is the init's child, else the container's PID 1."""
     devices = " ".join("-v /dev/%s:/dev/%s" % (d, d) for d in sorted(os.listdir("/dev")) if d.startswith("nvidia"))
     ctr = PREFIX + name
-    sh("podman run -d --name %s --restart=%s %s -v /usr:/usr:ro -v /opt/gpuops-lab:/opt/gpuops-lab:ro "
-       "-v /etc/fakegpu:/etc/fakegpu:ro -v /etc/ld.so.cache:/etc/ld.so.cache:ro "
-       "-v /var/lib/fakegpu:/var/lib/fakegpu %s %s %s"
-       % (ctr, part["restart"], "--init" if part.get("init") else "", devices, IMAGE,
-          hold_cmd(part, title="sglang-ctr")), timeout=120)
+    runtime = part.get("runtime", "podman")
+    if runtime == "docker":
+        image = sh(DOCKER_IMAGE, timeout=300).strip().splitlines()[-1]
+        sh("docker run -d --name %s --restart=%s --network host %s %s -v /var/lib/fakegpu:/var/lib/fakegpu "
+           "-v /etc/fakegpu:/etc/fakegpu:ro %s %s"
+           % (ctr, part["restart"], "--init" if part.get("init") else "", devices, image,
+              hold_cmd(part, title="sglang-ctr")), timeout=120)
+    else:
+        sh(IMPORT_IMAGE, timeout=120)
+        sh("podman run -d --name %s --restart=%s %s -v /usr:/usr:ro -v /opt/gpuops-lab:/opt/gpuops-lab:ro "
+           "-v /etc/fakegpu:/etc/fakegpu:ro -v /etc/ld.so.cache:/etc/ld.so.cache:ro "
+           "-v /var/lib/fakegpu:/var/lib/fakegpu %s %s %s"
+           % (ctr, part["restart"], "--init" if part.get("init") else "", devices, IMAGE,
+              hold_cmd(part, title="sglang-ctr")), timeout=120)
     wait_for(holds(gpus, part["gpu"], part["mib"]), "container %s holding GPU %d" % (ctr, part["gpu"]))
-    pid = int(sh("podman inspect --format '{{.State.Pid}}' %s" % ctr).strip())
+    pid = int(sh("%s inspect --format '{{.State.Pid}}' %s" % (runtime, ctr)).strip())
     holder = pid if not part.get("init") else wait_for(lambda: (children(pid) or [None])[0], "init's child")
-    return {"procs": [proc(holder, "end", "container's holder")], "container": ctr}
+    return {"procs": [proc(holder, "end", "container's holder")], "container": ctr, "runtime": runtime}
+
+
+BYSTANDER_PROGRAM = "/usr/bin/python3 -c 'import time; time.sleep(100000)'"
+
+
+def supervised_pid(part, program):
+    """The program's PID while its supervisor says it runs, else None."""
+    if part["supervisor"] == "supervisord":
+        found = re.search(r"RUNNING\s+pid (\d+),", sh("supervisorctl status %s || true" % program, check=False))
+    else:
+        found = re.match(r"run: \S+ \(pid (\d+)\)", sh("sv status /etc/service/%s 2>/dev/null || true" % program,
+                                                       check=False))
+    return int(found.group(1)) if found else None
+
+
+def build_supervised(name, part, gpus):
+    """Two programs of a real supervisor (Debian's supervisord, or runit), automatic restart
+    on: the holder, and a bystander that must outlive any reclaim of the holder; the
+    supervisor (and its systemd unit) must live too."""
+    holder, bystander = PREFIX + name + "-holder", PREFIX + name + "-bystander"
+    hold = "/usr/local/bin/" + hold_cmd(part, title="sglang-sup")
+    unit = "supervisor.service" if part["supervisor"] == "supervisord" else "runit.service"
+    sh("systemctl start %s" % unit, timeout=60)   # a trial before may have stopped it
+    if part["supervisor"] == "supervisord":
+        wait_for(lambda: subprocess.run(["supervisorctl", "pid"], capture_output=True).returncode == 0,
+                 "supervisord answering")
+        with open("/etc/supervisor/conf.d/%s.conf" % (PREFIX + name), "w") as handle:
+            handle.write("[program:%s]\ncommand=%s\nautorestart=true\nstartsecs=1\n"
+                         "[program:%s]\ncommand=%s\nautorestart=true\nstartsecs=1\n"
+                         % (holder, hold, bystander, BYSTANDER_PROGRAM))
+        sh("supervisorctl update >/dev/null")
+    else:
+        for service, run in ((holder, hold), (bystander, BYSTANDER_PROGRAM)):
+            os.makedirs("/etc/sv/%s" % service, exist_ok=True)
+            with open("/etc/sv/%s/run" % service, "w") as handle:
+                handle.write("#!/bin/sh\nexec %s\n" % run)
+            os.chmod("/etc/sv/%s/run" % service, 0o755)
+            os.symlink("/etc/sv/%s" % service, "/etc/service/%s" % service)
+    wait_for(holds(gpus, part["gpu"], part["mib"]), "supervised holder %s on GPU %d" % (holder, part["gpu"]))
+    main = int(sh("systemctl show -p MainPID --value %s" % unit).strip())
+    procs = [proc(wait_for(lambda: supervised_pid(part, holder), "program %s" % holder), "end", "supervised holder"),
+             proc(wait_for(lambda: supervised_pid(part, bystander), "program %s" % bystander), "live",
+                  "the supervisor's other program"),
+             proc(main, "live", "the supervisor (%s MainPID)" % unit)]
+    return {"procs": procs, "supervised": [holder, bystander], "supervisor": part["supervisor"]}
+
+
+def end_supervised():
+    """Remove every soak-* program from both supervisors (they stop them), bounded."""
+    confs = [f for f in os.listdir("/etc/supervisor/conf.d")] if os.path.isdir("/etc/supervisor/conf.d") else []
+    mine = [f for f in confs if f.startswith(PREFIX)]
+    for conf in mine:
+        os.unlink("/etc/supervisor/conf.d/" + conf)
+    if mine:
+        sh("systemctl is-active -q supervisor.service && supervisorctl update >/dev/null; true", check=False)
+    if os.path.isdir("/etc/service"):
+        for service in [s for s in os.listdir("/etc/service") if s.startswith(PREFIX)]:
+            sh("sv -w 10 force-shutdown /etc/service/%s >/dev/null 2>&1; rm -f /etc/service/%s; rm -rf /etc/sv/%s; true"
+               % (service, service, service), check=False, timeout=30)
 
 
 LOOP = "echo $$ > %s; while :; do %s; sleep %s; done"
@@ -267,6 +349,7 @@ def build_shell(name, part, gpus):
 
 
 BUILDERS = {"plain": build_plain, "orphan": build_orphan, "unit": build_unit, "container": build_container,
+            "supervised": build_supervised,
             "loop": build_loop, "protected": build_protected, "outscope": build_outscope,
             "monitor": build_monitor, "shell": build_shell}
 
@@ -315,9 +398,9 @@ def unit_state(unit):
     return sh("systemctl is-active %s || true" % unit, check=False).strip()
 
 
-def container_state(ctr):
-    out = sh("podman inspect --format '{{.State.Status}} {{.RestartCount}}' %s 2>/dev/null || echo removed 0"
-             % ctr, check=False).split()
+def container_state(runtime, ctr):
+    out = sh("%s inspect --format '{{.State.Status}} {{.RestartCount}}' %s 2>/dev/null || echo removed 0"
+             % (runtime, ctr), check=False).split()
     return {"status": out[0], "restarts": int(out[1])} if len(out) == 2 else {"status": "unknown"}
 
 
@@ -362,7 +445,10 @@ def trial(spec, gpus):
         facts["procs"] = [dict(p, part=s["part"], alive=alive(p["pid"], p["start"])) for s in built
                           for p in s["procs"]]
         facts["units"] = {s["unit"]: unit_state(s["unit"]) for s in built if "unit" in s}
-        facts["containers"] = {s["container"]: container_state(s["container"]) for s in built if "container" in s}
+        facts["containers"] = {s["container"]: container_state(s["runtime"], s["container"])
+                               for s in built if "container" in s}
+        facts["supervised"] = {p: ("running" if supervised_pid(spec["parts"][s["part"]], p) else "down")
+                               for s in built if "supervised" in s for p in s["supervised"]}
     except ShapeError as exc:
         facts["shape_error"] = str(exc)
     except subprocess.TimeoutExpired as exc:
@@ -377,11 +463,15 @@ def trial(spec, gpus):
 def cleanup(gpus=None):
     """End the containers, units and scopes named soak-*, by name; then wait (bounded) for the
     stand-in GPUs to be idle. Returns what was left, if anything."""
-    if os.path.exists("/usr/bin/podman"):
-        names = sh("podman ps -a --format '{{.Names}}'", check=False).split()
+    for runtime in ("podman", "docker"):
+        if not os.path.exists("/usr/bin/" + runtime):
+            continue
+        names = sh("%s ps -a --format '{{.Names}}'" % runtime, check=False).split()
         mine = [n for n in names if n.startswith(PREFIX)]
         if mine:
-            sh("podman rm -f -t 0 %s >/dev/null 2>&1 || true" % " ".join(mine), timeout=120, check=False)
+            sh("%s rm -f %s %s >/dev/null 2>&1 || true" % (runtime, "-t 0" if runtime == "podman" else "",
+                                                           " ".join(mine)), timeout=120, check=False)
+    end_supervised()
     units = sh("systemctl list-units --all --plain --no-legend '%s*' | awk '{print $1}'" % PREFIX,
                check=False).split()
     for unit in units:

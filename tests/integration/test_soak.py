@@ -34,7 +34,7 @@ def test_random_owner_shapes_no_wrong_kill_no_early_free_no_unfreed_gpu(lab, nod
     print("soak seed %d, %d trials, kinds %s, left out: %s"
           % (seed, N, ",".join(kinds), "; ".join("%s (needs %s)" % kv for kv in left_out.items()) or "none"))
 
-    trials, stopped = sb.soak(node, seed, range(N), kinds, BUDGET_S, batch=N, log=print)
+    trials, stopped = sb.soak(node, seed, range(N), kinds, BUDGET_S, batch=N, log=print, offered=offered)
 
     assert not stopped and len(trials) == N, "the %d s budget ended the soak after %d of %d trials" % (
         BUDGET_S, len(trials), N)
