@@ -471,8 +471,12 @@ def report(args, seed, trials, started, stopped_by_budget, offered):
         print("\nFAILED trial %d (seed %d): %s\n  shape: %s\n  replay: %s" % (
             t["spec"]["trial"], seed, json.dumps(t["failures"]), json.dumps(t["spec"]["parts"]),
             replay(t["spec"])))
+    commit = subprocess.run(["git", "-C", bl.REPO, "describe", "--always", "--dirty"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    print("\ncommit %s; a trial's shape depends on the code, the kinds and what the node offers (%s): replay "
+          "at this commit on the same kind of node" % (commit, ",".join(sorted(offered))))
     path = bl.write_json(args.out, {
-        "seed": seed, "n_requested": args.n, "n_run": n, "budget_s": args.budget,
+        "commit": commit, "seed": seed, "n_requested": args.n, "n_run": n, "budget_s": args.budget,
         "stopped_by_budget": stopped_by_budget, "kinds": args.kinds, "node_offers": sorted(offered),
         "counts": counts, "failed_trials": [t["spec"]["trial"] for t in failed],
         "infra_trials": [t["spec"]["trial"] for t in infra],
