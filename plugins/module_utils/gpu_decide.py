@@ -695,6 +695,13 @@ def next_lever(holder):
     if holder['unit'] and holder.get('unit_restart') not in (None, 'no'):
         return 'its unit %s restarts it (Restart=%s): use stop_units: true or `systemctl stop %s`' % (
             holder['unit'], holder['unit_restart'], holder['unit'])
+    if holder['state'] == 'tracing-stop' and holder.get('tracer_pid'):
+        # Measured on the lab's 6.18 kernel: a traced process SIGKILLed stops in its exit
+        # (ptrace_stop from do_exit, PTRACE_EVENT_EXIT), its fds and memory still held, until
+        # its tracer resumes it; a stopped strace never does. Continuing the tracer ends it.
+        return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
+                'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
+                % (holder['tracer_pid'], holder.get('tracer_name') or 'unknown', holder['tracer_pid']))
     return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
 
 

@@ -413,6 +413,19 @@ def test_a_traced_holder_is_diagnosed_with_its_tracer():
     assert 'traced by PID 77 (gdb) and stopped (state t)' in text
 
 
+def test_a_traced_holder_alive_after_sigkill_names_its_tracer_as_the_lever_never_a_reset():
+    # A SIGKILLed tracee stops in its exit until its tracer resumes it (lab, 6.18 kernel:
+    # test_gpu_reclaim.py's traced-holder test): the tracer is the lever, not a reset.
+    p = proc(10, fds=CTX, maps=CTX, state='tracing-stop')
+    p.tracer_pid = 77
+    s = snap([gpu(0, used=900, processes=[(10, 900)])], [p])
+    s.related_names = {77: 'strace'}
+    holders, _unused, _unused = classify(s)
+    lever = decide.next_lever(dict(holders[0], reason='survived the ladder', reason_code=decide.SURVIVED))
+    assert lever.startswith('it is traced by PID 77 (strace) and stays in its exit'), lever
+    assert 'kill -CONT 77' in lever and 'reset' not in lever and 'reboot' not in lever
+
+
 def test_a_respawning_parent_is_a_target_only_when_it_matches_or_holds_nothing_and_is_unprotected():
     loop = {'pid': 50, 'name': 'bash', 'cmdline': 'bash -c while true', 'protected': False,
             'protected_reason': None}
