@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -61,6 +62,7 @@ holder_spec = st.fixed_dictionaries({
     'child_gpu': st.one_of(st.none(), st.integers(0, GPUS - 1)),
     'orphan': st.booleans(),
     'fork_inherit': st.booleans(),
+    'stopped': st.booleans(),   # SIGSTOPped (state T), as a job stopped with ^Z
 })
 
 
@@ -134,6 +136,10 @@ def start_shapes(root, specs):
             # The scenario's own SIGKILL of the parent (the seed incident), not the ladder's.
             holder.kill()
             parent.start_time = None
+        elif spec['stopped']:
+            os.kill(holder.pid, signal.SIGSTOP)
+            stopped, _waited = act.wait_for(lambda: act.read_identity(holder.pid).state == 'stopped', 10)
+            assert stopped, 'PID %d did not stop' % holder.pid
     return shapes
 
 
