@@ -2,7 +2,7 @@
 
 Every module call restricts itself to this run's processes (`match: [run id]`) and GPUs, except
 s11's: it runs gpu_reclaim as users run it (no `match`, no `gpus`), and only when every process
-that has a GPU node open or mapped is this run's own (on the device machine, every one is).
+that holds a GPU context is this run's own (on the device machine, every one is).
 """
 import os
 import shutil
@@ -598,13 +598,21 @@ def s10_container_init(ctx):
 # --- 11 ---------------------------------------------------------------------------------------------------
 
 def _gpu_processes():
-    """PIDs of every process but this runner with an NVIDIA device node open or mapped."""
-    found = []
+    """{PID: 'context' or 'handle'} of every process but this runner with an NVIDIA device node
+    open or mapped: 'context' when NVML lists it or it maps a GPU's node (/dev/nvidiaN: a forked
+    child can hold a dead parent's context that way), which gpu_reclaim may signal; 'handle'
+    when it only has nodes open (nvidia-persistenced, a monitor), which it never signals."""
+    with Nvml() as nv:
+        listed = set(pid for g in range(len(nv.handles)) for pid in nv.procs(g))
+    found = {}
     for name in os.listdir('/proc'):
         if name.isdigit() and int(name) != os.getpid():
             nodes = nvidia_nodes(int(name))
-            if nodes['fd'] or nodes['mmap']:
-                found.append(int(name))
+            maps_gpu = any(path[len('/dev/nvidia'):].isdigit() for path in nodes['mmap'])
+            if int(name) in listed or maps_gpu:
+                found[int(name)] = 'context'
+            elif nodes['fd'] or nodes['mmap']:
+                found[int(name)] = 'handle'
     return found
 
 
@@ -617,11 +625,12 @@ def s11_default_targets(ctx):
                                    '%s s11-ignores-sigterm' % suite.run_id], 's11ign')
     pids = [suite.wait_ready(holder)['pid'], suite.wait_ready(ignorer)['pid']]
     ours = set(suite.ours())
-    foreign = sorted(p for p in _gpu_processes() if p not in ours)
-    ctx.num('gpu_processes_not_ours', dict((p, comm_of(p)) for p in foreign))
+    others = dict((p, kind) for p, kind in _gpu_processes().items() if p not in ours)
+    ctx.num('gpu_processes_not_ours', dict((p, '%s: %s' % (comm_of(p), kind)) for p, kind in others.items()))
+    foreign = sorted(p for p, kind in others.items() if kind == 'context')
     if foreign:
-        raise Skip('processes this run did not start have a GPU node open or mapped (%s): without `match`, '
-                   'gpu_reclaim would take those holding a context for its targets'
+        raise Skip('processes this run did not start hold a GPU context (NVML lists them, or they map a GPU): '
+                   '%s; without `match`, gpu_reclaim would take them for its targets'
                    % ', '.join('PID %d (%s)' % (p, comm_of(p)) for p in foreign))
     busy = dict((g, used) for g, used in suite.baseline.items() if used > 128)
     if busy:

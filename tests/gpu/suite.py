@@ -8,7 +8,7 @@ ran and passed, 3 (PARTIAL) when every one that ran passed but one was skipped o
 Rules it keeps: it never resets or reconfigures a GPU (reset only in check mode); it signals only
 processes it started (each carries GPURT_RUN=<run id> in its environment and the run id in its
 command line, and the modules get `match: [<run id>]`, except one scenario, s11, that runs only
-when every process with a GPU node open or mapped is the run's own); this runner never creates a CUDA context
+when every process holding a GPU context is the run's own); this runner never creates a CUDA context
 itself (it reads the driver through pynvml only), so it holds no GPU memory.
 """
 import argparse
