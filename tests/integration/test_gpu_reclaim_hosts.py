@@ -67,7 +67,7 @@ def test_unprivileged_run_says_run_as_root_first_and_never_advises_reset(lab, no
 # --- item 5: bounded patterns ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("option", ["protect", "match"])
-def test_catastrophic_pattern_fails_fast_naming_it_and_signals_nothing(lab, node, option):
+def test_catastrophic_pattern_is_cut_off_at_its_bound_naming_it_and_signals_nothing(lab, node, option):
     # (a+)+$ on a run of 'a's that ends in something else backtracks 2^n times.
     rec = sc.hold(lab, node, "aaaa", "--gpu", "3:700", "--title", "a" * 64 + " --serve")
 
