@@ -39,6 +39,9 @@ print(json.dumps(Ladder(surveyor, term_timeout=0.5, release_timeout=5, passes=2)
 GPUS = 4
 NAMES = ['python3', 'sglang::scheduler_TP1', '[kworker/3:1]', 'VLLM::Worker_TP0', 'nv-hostengine',
          'keepme-notebook']
+# The oracle's protected names: keepme-* by the `protect` pattern the test passes, nv-hostengine as
+# GPU infrastructure by its name (gpu_decide.INFRASTRUCTURE). Where infrastructure is protected by
+# identity instead (issue 22), a root python titled nv-hostengine may no longer be: then this set changes.
 PROTECTED_NAMES = {'nv-hostengine', 'keepme-notebook'}
 
 
