@@ -103,4 +103,3 @@ def test_s4_and_s8_key_facts_are_hard_checks(suite):
     scenarios = suite[1]
     for fn in (scenarios.s4_forked_child, scenarios.s8_nccl_peer_memory):
         assert 'hard=False' not in inspect.getsource(fn), fn.__name__
-
