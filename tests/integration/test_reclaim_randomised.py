@@ -2,10 +2,9 @@
 
 Process trees (a holder with a child on another GPU, its parent SIGKILLed or not, a forked
 child inheriting the context), names (ordinary, misleading, infrastructure, a user-protected
-one), SIGTERM handling, a stopped holder (state T), a holder run by a Restart=always unit, and
-GPU selections. Each drawn shape knows exactly which PIDs must end and which must live, which
-selected GPUs stay held, and which PIDs the failure's `remaining` names with which reason_code
-(`expected`).
+one), SIGTERM handling, a holder run by a Restart=always unit, and GPU selections. Each drawn
+shape knows exactly which PIDs must end and which must live, which selected GPUs stay held, and
+which PIDs the failure's `remaining` names with which reason_code (`expected`).
 """
 
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
@@ -29,7 +28,6 @@ holder_spec = st.fixed_dictionaries({
     "child_gpu": st.one_of(st.none(), st.integers(0, GPUS - 1)),
     "orphan": st.booleans(),
     "fork_inherit": st.booleans(),
-    "stopped": st.booleans(),   # SIGSTOPped (state T), as a job stopped with ^Z
 })
 
 
@@ -92,9 +90,6 @@ def start(lab, node, index, spec):
         # The scenario's own SIGKILL of the parent (the seed incident): it is not the module's.
         sc.kill9_and_wait_reaped(lab, node, rec["pid"])
         shapes.remove(parent)
-    elif spec["stopped"]:
-        lab.exec(node, "kill -STOP %d" % rec["pid"])
-        sc.wait_until(lab, node, "grep -q '^State:[[:space:]]*T' /proc/%d/status" % rec["pid"], "holder stopped")
     return shapes
 
 
