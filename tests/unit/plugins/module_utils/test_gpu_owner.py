@@ -54,12 +54,16 @@ def test_podman_crun_payload_subgroup_v2():
     assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
 
 
-def test_podman_rootless_user_slice():
+def test_podman_rootless_user_slice_is_the_users_not_a_container():
     # Rootless podman: the user's systemd instance owns the scope, in user.slice of
     # user@UID.service (runc's "[slice]:[prefix]:[name]" rule, google/gvisor
-    # g3doc/user_guide/systemd.md, with the rootless slice user.slice).
+    # g3doc/user_guide/systemd.md, with the rootless slice user.slice). The user named that
+    # scope (any user can mkdir "libpod-<64 hex>.scope" there): it is her cgroup, and its
+    # scope a candidate unit of her own manager, never a container root's podman would stop.
     got = own(v2("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-%s.scope" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
+    assert (got["kind"], got["runtime"], got["id"]) == ("user", None, None)
+    assert (got["controlled_by"], got["uid"]) == ("user", 1000)
+    assert (got["unit"], got["manager"]) == ("libpod-%s.scope" % CID, "user")
 
 
 def test_podman_cgroupfs_manager_v1():
@@ -236,8 +240,9 @@ def test_docker_inside_an_lxc_guest_belongs_to_the_guest():
     (v1("/system.slice/sglang.service"), "service", "sglang.service"),
     (v2("/user.slice/user-0.slice/session-17.scope"), "session", "session-17.scope"),
     (v2("/system.slice/gpuops-t-tp8.scope"), "scope", "gpuops-t-tp8.scope"),
-    # A user's own service is the user manager's unit: not a system service to stop.
-    (v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"), "scope", "vllm.service"),
+    # A user's own service is the user manager's unit: not a system service to stop (see
+    # test_a_users_service_is_her_managers_unit_not_the_systems for the manager and the stop).
+    (v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"), "user", "vllm.service"),
     (v2("/"), "none", None),
     ("", "none", None),
     (V1_ROOTS, "none", None),

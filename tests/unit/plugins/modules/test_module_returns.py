@@ -52,7 +52,7 @@ def reclaim_results(lock_path):
         Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), NvmlTimeout('hung')), actor=ScriptedActor()).run(),
     ]
     unit = held_by((12, 'exits-on-term'), cgroup='0::/system.slice/gpuhog.service',
-                   units={'gpuhog.service': ('always', 'active')})
+                   units={'gpuhog.service': ('always', 'active', '/system.slice/gpuhog.service')})
     results.append(Ladder(ScriptedSurveyor(unit, free()), actor=ScriptedActor()).run())
     results.append(Ladder(ScriptedSurveyor(container_held(nspid=[10, 1])), check_mode=True).run())
     guest = held_by((15, 'exits-on-term'))
