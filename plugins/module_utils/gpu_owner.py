@@ -351,7 +351,9 @@ def owner_from_cgroup(text, dir_uids=None):
             owners.append(owner_from_path(path, uids))
     if not owners:
         return new_owner(NONE)
-    return sorted(owners, key=lambda o: _RANK[o['kind']])[0]
+    # A path a user named, in any hierarchy, makes the process hers whatever the others say;
+    # a path whose names could not be read ranks with her kind, after pods, containers, guests.
+    return sorted(owners, key=lambda o: (o['controlled_by'] != BY_USER, _RANK[o['kind']]))[0]
 
 
 # ---------------------------------------------------------------------------------------------

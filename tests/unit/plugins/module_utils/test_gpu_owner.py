@@ -320,3 +320,31 @@ def test_describe_names_what_a_person_can_act_on():
     assert owner_mod.describe(ctr) == "podman container hog (%s)" % CID[:12]
     guest = own(v2("/lxc/101/ns/system.slice/sglang.service"))
     assert owner_mod.describe(guest) == "Proxmox guest 101, unit sglang.service inside it"
+
+
+# --- the trust boundary (see also test_gpu_trust.py) --------------------------------------
+
+def test_unescape_systemd_never_makes_a_control_character():
+    # Any user can name a cgroup machine-x\x0ay.scope in her subtree, and root can be handed
+    # such a name too: only printable ASCII is unescaped.
+    got = own(v2(r"/machine.slice/machine-a\x2db\x0a\x1bc.scope"))
+    assert got["id"] == r"a-b\x0a\x1bc"
+    assert got["id"].isprintable()
+
+
+def test_a_users_service_is_her_managers_unit_not_the_systems():
+    # The case test_units_and_nothing states: the unit is hers, and nothing system-wide stops it.
+    got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))
+    assert (got["kind"], got["unit"], got["manager"], got["uid"]) == ("user", "vllm.service", "user", 1000)
+    holder = {"unit": None, "owner": dict(got, confirmed=False)}
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide
+    assert gpu_decide.units_to_stop([holder], set()) == []
+    assert gpu_decide.user_units_to_stop([holder]) == []
+    holder["owner"]["confirmed"] = True
+    assert gpu_decide.units_to_stop([holder], set()) == []
+    assert gpu_decide.user_units_to_stop([holder]) == [(1000, "vllm.service")]
+
+
+def test_describe_escapes_names_users_chose():
+    got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/x\x1b[2Jy.service"))
+    assert "\x1b" not in owner_mod.describe(got) and "x\\x1b[2Jy.service" in owner_mod.describe(got)
