@@ -51,11 +51,12 @@ def infrastructure_name(name, cmdline, names=INFRASTRUCTURE):
     return None
 
 
-def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None):
+def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
+                      units=None):
     """Why a process must never be signalled, or None. `proc` is a gpu_observe.ProcState,
     `owner` its gpu_owner record (read from its cgroup when not given; `confirmed` filled in
-    by gpu_trust.confirm), `vendor_infrastructure` the GPU backend's daemon names and
-    `vendor_units` its unit pattern.
+    by gpu_trust.confirm), `vendor_infrastructure` the GPU backend's daemon names,
+    `vendor_units` its unit pattern and `units` the system units' facts (MainPID).
 
     Shields are granted by identity only (gpu_trust.refusal): a pod from cgroups root named, a
     container init its runtime confirmed, a guest's init, an infrastructure name on a root
@@ -77,7 +78,7 @@ def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructur
             trust.refusal(trust.SHIELD_INIT, owner) is None:
         return CONTAINER_INIT
     infra = infrastructure_name(proc.name, proc.cmdline, INFRASTRUCTURE + tuple(vendor_infrastructure))
-    if infra and trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, identity_of(proc),
+    if infra and trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, identity_of(proc, units, vendor_units),
                                protected_unit=protected_unit(owner.get('unit'), vendor_units)) is None:
         return 'GPU or cluster infrastructure (%s)' % infra
     for pattern in patterns:
@@ -86,9 +87,14 @@ def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructur
     return None
 
 
-def identity_of(proc):
-    """What gpu_trust.runs_as_root needs of a gpu_observe.ProcState."""
-    return {'uids': getattr(proc, 'uids', None), 'exe_uid': getattr(proc, 'exe_uid', None)}
+def identity_of(proc, units=None, vendor_units=None):
+    """What gpu_trust needs of a gpu_observe.ProcState: its uids, its executable's owner, and
+    whether systemd names it the main process of a system unit never stopped (a user's
+    manager is user@UID.service's, running as the user)."""
+    main_of = [unit for unit, facts in (units or {}).items()
+               if facts and len(facts) > 3 and facts[3] == proc.pid and protected_unit(unit, vendor_units)]
+    return {'uids': getattr(proc, 'uids', None), 'exe_uid': getattr(proc, 'exe_uid', None),
+            'main_of_protected_unit': bool(main_of)}
 
 
 def protected_unit(unit, vendor_units=None):
@@ -257,7 +263,7 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
     owner = gpu_owner.owner_from_cgroup(proc.cgroup, getattr(proc, 'cgroup_uids', None))
     owner['confirmed'] = trust.confirm(owner, units, facts.get('user_units'), facts.get('runtimes'))
     reason = protection_reason(proc, own_tree, patterns, owner, snapshot.infrastructure,
-                               facts.get('vendor_units'))
+                               facts.get('vendor_units'), units)
     unit = owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
     if unit:
         restart, active = (units.get(unit) or (None, None))[:2]

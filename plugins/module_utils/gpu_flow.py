@@ -168,6 +168,7 @@ class Surveyor(object):
             raise observe.ObserveError(vendor.NO_BACKEND)
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
         self.owner_details = {}   # (runtime, id) -> what its CLI said, asked once per run
+        self.last_facts = ({}, {})   # the last survey's unit and runtime facts (_facts_of)
         self.access = access.read_access(proc)
 
     def protected_containers(self):
@@ -267,15 +268,24 @@ class Surveyor(object):
                 key = (owner['runtime'], owner['id'])
                 if key not in self.owner_details:
                     self.owner_details[key] = observe.runtime_details(owner, self.nvml_timeout)
-        return units, {'user_units': user_units, 'runtimes': self.owner_details,
-                       'vendor_units': self.backend.infrastructure_units}
+            if owner['kind'] == gpu_owner.USER and owner['uid'] is not None:
+                # Her manager (user@UID.service's MainPID) is the system's, not hers: it may
+                # respawn her holders, and is then named, never signalled.
+                manager = 'user@%d.service' % owner['uid']
+                if manager not in units:
+                    units[manager] = observe.unit_restart_policy(manager)
+        facts = {'user_units': user_units, 'runtimes': self.owner_details,
+                 'vendor_units': self.backend.infrastructure_units}
+        self.last_facts = (units, facts)
+        return units, facts
 
     def describe(self, pid, snapshot):
         """The holder-shaped dict of any process (a respawning parent, its new child); raises
         gpu_observe.ProcessGone."""
         proc = observe.describe_process(pid, self.proc)
+        units, facts = self.last_facts
         return decide.describe(proc, snapshot, [], {}, set(), 'respawner', self.protect,
-                               self.own_ancestors, {}, [])
+                               self.own_ancestors, units, [], facts)
 
     def children(self, pid):
         return observe.children_of(pid, self.proc)

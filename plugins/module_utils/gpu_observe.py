@@ -492,7 +492,8 @@ def ancestors(pid, proc='/proc'):
     return chain
 
 
-_UNIT_PROPERTIES = ['-p', 'Restart', '-p', 'ActiveState', '-p', 'ControlGroup']
+_UNIT_PROPERTIES = ['-p', 'Restart', '-p', 'ActiveState', '-p', 'ControlGroup', '-p', 'MainPID']
+NO_UNIT = (None, None, None, None)
 
 
 def _unit_facts(argv, timeout, **as_user):
@@ -500,17 +501,20 @@ def _unit_facts(argv, timeout, **as_user):
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                              check=False, universal_newlines=True, **as_user)
     except (OSError, subprocess.SubprocessError):
-        return None, None, None
+        return NO_UNIT
     values = dict(line.split('=', 1) for line in out.stdout.splitlines() if '=' in line)
-    return values.get('Restart'), values.get('ActiveState'), values.get('ControlGroup') or None
+    main = values.get('MainPID', '')
+    return (values.get('Restart'), values.get('ActiveState'), values.get('ControlGroup') or None,
+            int(main) if main.isdigit() and int(main) > 0 else None)
 
 
 def unit_restart_policy(unit, timeout=10):
-    """(Restart=, ActiveState, ControlGroup) of a system unit, or Nones where systemd is not
-    running. A name systemd's grammar refuses (a glob) is never passed to systemctl."""
+    """(Restart=, ActiveState, ControlGroup, MainPID or None) of a system unit, or Nones where
+    systemd is not running. A name systemd's grammar refuses (a glob) is never passed to
+    systemctl."""
     if not gpu_owner.valid_unit_name(unit) or not os.path.isdir('/run/systemd/system') \
             or not which('systemctl'):
-        return None, None, None
+        return NO_UNIT
     return _unit_facts(['systemctl', 'show'] + _UNIT_PROPERTIES + ['--', unit], timeout)
 
 
@@ -537,11 +541,11 @@ def user_manager_call(uid):
 
 
 def user_unit_facts(uid, unit, timeout=10):
-    """(Restart=, ActiveState, ControlGroup) of a unit of user `uid`'s own manager, asked as
-    that user; Nones when her manager does not run or the name fails systemd's grammar."""
+    """(Restart=, ActiveState, ControlGroup, MainPID) of a unit of user `uid`'s own manager,
+    asked as that user; Nones when her manager does not run or the name fails systemd's grammar."""
     call = user_manager_call(uid) if gpu_owner.valid_unit_name(unit) and uid else None
     if call is None:
-        return None, None, None
+        return NO_UNIT
     return _unit_facts(['systemctl', '--user', 'show'] + _UNIT_PROPERTIES + ['--', unit], timeout,
                        **call[1])
 

@@ -227,10 +227,11 @@ def owner_from_path(path, uids=None):
         if found:
             runtime = _SCOPE_RUNTIME[found.group(1)]
             return new_owner(CONTAINER, path, runtime=runtime, id=found.group(2), unit=part,
+                             manager=SYSTEM_MANAGER,
                              namespace='default' if runtime == 'containerd' else None,
                              guest_unit=_inner_unit(rest))
         if _MONITOR_SCOPE.match(part):
-            return new_owner(SCOPE, path, unit=part)
+            return new_owner(SCOPE, path, unit=part, manager=SYSTEM_MANAGER)
         found = _PODMAN_CGROUPFS.match(part)
         if found:
             return new_owner(CONTAINER, path, runtime='podman', id=found.group(1))
@@ -286,7 +287,7 @@ def _guest_owner(parts, index, path):
     if found and not part.startswith('machine-qemu'):
         inner = rest[1:] if rest[:1] == ['payload'] else rest
         return new_owner(GUEST, path, runtime='systemd-nspawn', id=_unescape_systemd(found.group(1)),
-                         unit=part, guest_unit=_inner_unit(inner))
+                         unit=part, manager=SYSTEM_MANAGER, guest_unit=_inner_unit(inner))
     if part == 'payload':
         # systemd-nspawn --keep-unit splits the cgroup it was started in into "payload" (the
         # guest's tree) and "supervisor" (itself): below the root when started outside any

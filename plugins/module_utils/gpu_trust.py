@@ -12,8 +12,9 @@ container init's, an infrastructure daemon's protection). What counts:
 - a unit only when its manager confirms that its ControlGroup is the holder's cgroup, and a
   container only when its runtime confirms that its init runs in the holder's container
   (`confirm`, from what gpu_observe read: systemctl show, the runtime's inspect);
-- an infrastructure name only for a process running as root from a root-owned executable, or
-  in a confirmed system unit that is never stopped.
+- an infrastructure name only for a process running as root from a root-owned executable, in
+  a confirmed system unit that is never stopped, or that systemd names the main process of such
+  a unit (a user's manager is user@UID.service's MainPID, running as the user).
 
 `refusal(lever, owner, identity)` is the one decision: None when root may pull `lever` for the
 holder, else a code (REFUSALS) that one place turns into a sentence.
@@ -87,7 +88,8 @@ def confirm(owner, units=None, user_units=None, runtimes=None):
 
 def runs_as_root(identity):
     """`identity` (uids: real, effective, saved, filesystem; exe_uid: the owner of
-    /proc/PID/exe) shows a root process started from a root-owned executable."""
+    /proc/PID/exe; main_of_protected_unit, see gpu_decide.identity_of) shows a root process
+    started from a root-owned executable."""
     identity = identity or {}
     uids = identity.get('uids')
     return bool(uids) and all(uid == 0 for uid in uids) and identity.get('exe_uid') == 0
@@ -109,7 +111,7 @@ def refusal(lever, owner, identity=None, protected_unit=False):
     owner = owner or gpu_owner.new_owner(gpu_owner.NONE)
     kind = owner.get('kind')
     if lever == SHIELD_INFRASTRUCTURE:
-        if runs_as_root(identity):
+        if runs_as_root(identity) or (identity or {}).get('main_of_protected_unit'):
             return None
         if protected_unit and refusal(STOP_UNIT, owner) is None:
             return None

@@ -126,6 +126,10 @@ class ScriptedActor(object):
         self.calls.append(('stop_unit', unit, timeout))
         return 'stopped in 0.10 s', True
 
+    def stop_user_unit(self, uid, unit, timeout):
+        self.calls.append(('stop_user_unit', uid, unit, timeout))
+        return 'stopped in 0.10 s through the manager of user %d' % uid, True
+
     def signal(self, holder, signum, never):
         name = act.SIGNAL_NAMES[signum]
         self.calls.append((name, holder['pid']))
@@ -498,3 +502,31 @@ def test_the_ladder_reads_only_listed_processes_but_every_one_before_a_reset_and
     surveyor = ScriptedSurveyor(leak)
     ladder(surveyor, ScriptedActor(), peers=True).run()
     assert surveyor.full_asked and set(surveyor.full_asked) == {True}
+
+
+ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service'
+
+
+def user_held(confirmed=True):
+    """GPU 0 held by PID 10 in alice's own Restart=always service hog.service; her manager
+    confirms the unit's ControlGroup, or knows no such unit (a directory she made)."""
+    facts = {'user_units': {(1000, 'hog.service'): ('always', 'active', ALICE_SVC) if confirmed
+                            else (None, None, None)}}
+    return survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
+                     [proc(10, name='exits-on-term', fds=CTX, maps=CTX, cgroup='0::%s\n' % ALICE_SVC)],
+                     facts=facts)
+
+
+def test_a_users_confirmed_service_is_stopped_through_her_manager_never_the_systems():
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(user_held(), free()), actor).run()
+    assert actor.calls[0] == ('stop_user_unit', 1000, 'hog.service', 5.0)
+    assert not [c for c in actor.calls if c[0] == 'stop_unit']
+    assert result['actions'][0]['step'] == 'stop_user_unit' and result['actions'][0]['uid'] == 1000
+
+
+def test_a_directory_she_named_like_a_service_is_stopped_by_no_manager():
+    actor = ScriptedActor()
+    ladder(ScriptedSurveyor(user_held(confirmed=False), free()), actor).run()
+    assert not [c for c in actor.calls if c[0] in ('stop_unit', 'stop_user_unit')]
+    assert actor.calls[0] == ('SIGTERM', 10)

@@ -170,3 +170,20 @@ def test_an_infrastructure_name_in_a_confirmed_never_stopped_unit_is_shielded():
     alice = {"uids": (1000,) * 4, "exe_uid": 0}
     assert trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, alice, protected_unit=True) is None
     assert trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, alice, protected_unit=False) == trust.NOT_ROOT
+
+
+def test_a_users_manager_is_shielded_as_the_main_process_of_user_at_uid_service_only():
+    # alice's `systemd --user` (PID 132 in the lab node) runs as her, in her own subtree
+    # (user@1000.service/init.scope, a directory she owns): its name and cgroup shield nothing,
+    # systemd naming it user@1000.service's MainPID does.
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+    from .observations import proc
+    manager = proc(132, name="systemd", cmdline="/lib/systemd/systemd --user",
+                   cgroup=hybrid("/user.slice/user-1000.slice/user@1000.service/init.scope"))
+    manager.uids, manager.exe_uid = (1000,) * 4, 0
+    facts = {"user@1000.service": (None, "active", "/user.slice/user-1000.slice/user@1000.service", 132)}
+    assert "infrastructure (systemd)" in decide.protection_reason(manager, set(), [], units=facts)
+    assert decide.protection_reason(manager, set(), [], units={}) is None
+    impostor = proc(133, name="systemd", cmdline="systemd --user", cgroup=manager.cgroup)
+    impostor.uids, impostor.exe_uid = (1000,) * 4, 0
+    assert decide.protection_reason(impostor, set(), [], units=facts) is None
