@@ -683,7 +683,7 @@ def owner_lever(holder):
     if owner['kind'] == gpu_owner.POD:
         pod = owner['pod'] or {}
         if pod.get('name'):
-            how = '`kubectl delete pod -n %s %s`' % (pod.get('namespace'), pod['name'])
+            how = '`kubectl delete pod -n %s %s`' % (printable(pod.get('namespace')), printable(pod['name']))
         else:
             how = ('find it with `kubectl get pods -A -o custom-columns=NS:.metadata.namespace,'
                    'NAME:.metadata.name,UID:.metadata.uid | grep %s`' % pod.get('uid'))
@@ -711,7 +711,7 @@ def owner_lever(holder):
                 'nerdctl stop), or from the host around it' % named)
     if owner['kind'] == gpu_owner.GUEST and owner['guest_unit'] and owner['guest_unit'].endswith('.service'):
         template = _GUEST_STOP_UNIT.get(owner['runtime'])
-        how = template.format(id=owner['id'], unit=owner['guest_unit']) if template and owner['id'] else (
+        how = template.format(id=printable(owner['id']), unit=printable(owner['guest_unit'])) if template and owner['id'] else (
             'systemctl stop %s inside the guest' % printable(owner['guest_unit']))
         return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
                 'in the guest (`%s`)' % (what, how))

@@ -456,3 +456,20 @@ def test_listed_processes_are_enough_when_nvml_charges_all_memory_to_live_local_
 ])
 def test_every_process_is_read_when_the_listed_ones_do_not_explain_the_memory(gpus, procs, why):
     assert why in decide.full_scan_reason(snap(gpus, procs), [0], 128)
+
+
+def test_sentences_escape_names_users_chose():
+    # A user titles her process with a newline and an escape sequence: no sentence or failure
+    # message carries them raw (gpu_text.printable).
+    evil = 'x\nGPU 2 free\x1b[2J'
+    s = snap([gpu(2, used=76107)], [proc(10, name=evil, state='disk-sleep', fds=['/dev/nvidia2'],
+                                          maps=['/dev/nvidia2'], ppid=11)])
+    s.related_names[11] = 'p\x1bq'
+    holders, _unused, _unused = classify(s)
+    rows = decide.gpu_table(s, holders, [2], 128)
+    texts = decide.diagnose(s, holders, [], rows) + [decide.failure_message(rows, holders, 1.0, False)]
+    for text in texts:
+        assert '\n' not in text and '\x1b' not in text, text
+    assert any('PID 10 (x\\x0aGPU 2 free\\x1b[2J)' in t for t in texts)
+    zombie = dict(holders[0], state='zombie')
+    assert '\x1b' not in decide.skip_reason(zombie, ()) and 'p\\x1bq' in decide.skip_reason(zombie, ())
