@@ -321,6 +321,8 @@ def name_owners(holders, timeout, asked):
             asked[key] = observe.runtime_details(owner, timeout)
         details = dict(asked[key])
         pod = details.pop('pod', None)
+        for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
+            details.pop(fact, None)
         owner.update((k, v) for k, v in details.items() if v is not None)
         if pod and owner['kind'] == 'pod':
             owner['pod'] = dict(owner['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
