@@ -440,8 +440,8 @@ def describe(owner):
     if kind == POD:
         pod = owner['pod'] or {}
         if pod.get('name'):
-            return 'Kubernetes pod %s/%s (uid %s)' % (printable(pod.get('namespace')), printable(pod['name']),
-                                                       printable(pod.get('uid')))
+            return 'Kubernetes pod %s/%s (uid %s)' % (
+                printable(pod.get('namespace')), printable(pod['name']), printable(pod.get('uid')))
         return 'Kubernetes pod uid %s' % (printable(pod.get('uid')) or 'unknown')
     if kind == CONTAINER:
         named = '%s (%s)' % (name, short) if name else short

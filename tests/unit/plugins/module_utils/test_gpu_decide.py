@@ -463,7 +463,7 @@ def test_sentences_escape_names_users_chose():
     # message carries them raw (gpu_text.printable).
     evil = 'x\nGPU 2 free\x1b[2J'
     s = snap([gpu(2, used=76107)], [proc(10, name=evil, state='disk-sleep', fds=['/dev/nvidia2'],
-                                          maps=['/dev/nvidia2'], ppid=11)])
+                                         maps=['/dev/nvidia2'], ppid=11)])
     s.related_names[11] = 'p\x1bq'
     holders, _unused, _unused = classify(s)
     rows = decide.gpu_table(s, holders, [2], 128)
