@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: reclaim_summary
 short_description: Write the JSON summary of a reclaim.yml run on the controller
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Used by C(playbooks/reclaim.yml) once per run. Runs on the controller (an action plugin). It reads the
     C(gpus_free_result), C(inference_service_*) variables and recorded failure of each host, and writes one JSON file.
