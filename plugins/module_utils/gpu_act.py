@@ -309,8 +309,8 @@ class RecordingActor(object):
         return 'would send %s' % name, True
 
     def alive(self, holders):
-        return [h for h in holders if (h['pid'], h['start_time']) not in self.ended
-                and is_alive(h['pid'], h['start_time'])]
+        live = [h for h in holders if (h['pid'], h['start_time']) not in self.ended]
+        return [h for h in live if is_alive(h['pid'], h['start_time'])]
 
     def wait_gone(self, holders, timeout):
         now = self.clock()

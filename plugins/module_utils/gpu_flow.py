@@ -512,9 +512,9 @@ class Ladder(object):
             return seen['survey']
         again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
         self.respawning_guest_units |= set(_guest_unit(h) for h in again)
+        named = ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
         self._record(act.Action('watch_respawn', ', '.join(watched), 'came back after %.1f s: %s' % (
-            waited, ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
-            or 'other holders'), False, guest_units=watched), since)
+            waited, named or 'other holders'), False, guest_units=watched), since)
         return seen['survey']
 
     def _stop_containers(self, survey, protected_ids):

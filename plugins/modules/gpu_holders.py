@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_holders
 short_description: Find every process holding each NVIDIA GPU, by the resource, not by name
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Reads NVML (through nvidia-ml-py) for each GPU's memory and the contexts the driver lists,
     and C(/proc) for every process that has a per-GPU device node (C(/dev/nvidia<minor>)) open

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_reclaim
 short_description: Free NVIDIA GPUs by escalating from unit stop to SIGKILL, and prove the memory is back
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Finds the holders of the selected GPUs (O(gpus)) exactly as M(gpuops.reclaim.gpu_holders)
     does, then escalates on them only; processes that hold only other GPUs are never touched
