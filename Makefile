@@ -15,7 +15,7 @@ LAB         := tests/lab/lab
 COLL_LINK   := .build/collections/ansible_collections/gpuops/reclaim
 COLL_TARBALL = $(shell sed -n 's/^namespace: *//p' galaxy.yml)-$(shell sed -n 's/^name: *//p' galaxy.yml)-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
-.PHONY: help venv host-deps fakegpu collection-link unit units-ansible-test sanity lint build lab-test molecule test demo clean lab-down
+.PHONY: help venv host-deps fakegpu collection-link unit units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test molecule test demo clean lab-down
 
 help:
 	@echo "make test   - unit, sanity, lint, build, lab integration and Molecule"
@@ -41,8 +41,13 @@ collection-link:
 	mkdir -p $(dir $(COLL_LINK))
 	ln -sfn $(CURDIR) $(COLL_LINK)
 
+# Each pytest stage keeps its log under $(SKIP_DIR); pytest -rsx puts a line for every skip
+# (with its reason) and expected failure in it, and `make test` prints them all at its end.
+SKIP_DIR := .build/skips
+
 unit: venv fakegpu collection-link
-	$(VPY) -m pytest -q tests/unit
+	mkdir -p $(SKIP_DIR)
+	$(VPY) -m pytest -q -rsx tests/unit 2>&1 | tee $(SKIP_DIR)/unit.log
 
 # Sanity once per ansible-core version claimed: the pinned one in .venv (2.19) and the
 # oldest (tests/sanity/requirements-oldest.txt, 2.16) in a venv of its own; each version
@@ -66,11 +71,24 @@ units-ansible-test: venv fakegpu
 lint: venv
 	env -u ANSIBLE_COLLECTIONS_PATH -u ANSIBLE_CONFIG $(VBIN)/ansible-lint
 
+# The fragments and the released changelog (changelogs/), as antsibull-changelog reads them.
+changelog-lint: venv
+	$(VBIN)/antsibull-changelog lint
+
 # The artifact users install; check_artifact lists it and fails on any development tree in it.
 build: venv
 	mkdir -p .build/dist
 	$(VBIN)/ansible-galaxy collection build --force --output-path .build/dist .
 	$(VPY) tests/sanity/check_artifact.py .build/dist/$(COLL_TARBALL)
+
+# The tarball through galaxy-importer with Automation Hub's settings (offline): fails on any
+# error or warning, a plugin listed twice or without docs, a role without a README.
+import-check: build
+	$(VPY) tests/sanity/import_check.py .build/dist/$(COLL_TARBALL)
+
+# execution-environment.yml through `ansible-builder create` (no image build); checks the context.
+ee-check: build
+	$(VPY) tests/sanity/ee_check.py
 
 # The container tests need nodes with podman and a cgroup v2 tree (LAB_CONTAINERS=1): they
 # get a private lab of their own, so the other tests' nodes stay lean.
@@ -82,8 +100,9 @@ CONTAINER_LAB = LAB_CONTAINERS=1 LAB_NODES=1 \
 	LAB_ADDR_BASE=$${LAB_CONTAINERS_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 40 ))}
 
 lab-test: venv host-deps fakegpu collection-link
-	$(VPY) -m pytest -q tests/integration
-	$(CONTAINER_LAB) $(VPY) -m pytest -q tests/integration/test_containers.py
+	mkdir -p $(SKIP_DIR)
+	$(VPY) -m pytest -q -rsx tests/integration 2>&1 | tee $(SKIP_DIR)/lab-test.log
+	$(CONTAINER_LAB) $(VPY) -m pytest -q -rsx tests/integration/test_containers.py 2>&1 | tee $(SKIP_DIR)/lab-test-containers.log
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared
 # extensions/molecule/config.yml; the default scenario boots the lab once for all.
@@ -91,12 +110,18 @@ molecule: venv host-deps fakegpu collection-link
 	$(VBIN)/molecule test --all
 
 test: venv host-deps fakegpu collection-link
+	rm -rf $(SKIP_DIR)
 	$(MAKE) unit
 	$(MAKE) sanity
 	$(MAKE) lint
+	$(MAKE) changelog-lint
 	$(MAKE) build
+	$(MAKE) import-check
+	$(MAKE) ee-check
 	$(MAKE) lab-test
 	$(MAKE) molecule
+	@echo "== what did not run, or was expected to fail (pytest -rsx of each pytest stage) =="
+	@grep -hE '^(SKIPPED|XFAIL|XPASS)' $(SKIP_DIR)/*.log || echo "nothing: every collected test ran"
 
 demo: venv host-deps fakegpu collection-link
 	tests/demo/run
