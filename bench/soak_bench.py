@@ -59,6 +59,9 @@ KINDS = {
     "loop": "a respawn loop restarting the holder (depth 1) or a python/bash launcher of it (depth 2); "
             "each start re-titles after import_s and takes the GPU load_s later",
     "protected": "a holder matching protect (^keepme): must live, its GPU stays held, reason protected",
+    "daemon": "a holder titled like GPU infrastructure (nv-hostengine, nvidia-persistenced, dcgm-exporter): run by "
+             "root it is shielded by identity (lives, its GPU held, reason protected); run by an unprivileged user "
+             "under the same title it is not (ends, GPU free)",
     "outscope": "a holder on a GPU not selected: must live, never signalled",
     "monitor": "a bystander with only /dev/nvidiactl open: must live, never signalled",
     "shell": "a bystander shell that started a holder and then only runs other programs: the holder ends, "
@@ -76,10 +79,12 @@ RUNTIMES, SUPERVISORS = ("podman", "docker"), ("supervisord", "runit")
 # How often each kind is drawn: a podman container on the lab's vfs storage costs about 5 s
 # to start and stop, the other parts under 1 s (measured on the 2-core host, seed 1).
 WEIGHTS = {"plain": 3, "orphan": 2, "unit": 2, "container": 1, "supervised": 2, "loop": 3, "protected": 1,
-           "outscope": 1, "monitor": 1, "shell": 2}
+           "daemon": 1, "outscope": 1, "monitor": 1, "shell": 2}
 GUEST_SHARE = 0.1      # of the trials, when "guest" is among the kinds
 TITLES = ["python3 run_inference.py --model kimi", "sglang::scheduler_TP0", "[kworker/3:1]", "VLLM::Worker_TP0"]
-HOLDING = ("plain", "orphan", "unit", "container", "supervised", "loop", "protected", "outscope", "shell")
+HOLDING = ("plain", "orphan", "unit", "container", "supervised", "loop", "protected", "daemon", "outscope",
+           "shell")
+INFRA_NAMES = ("nv-hostengine", "nvidia-persistenced", "dcgm-exporter")
 
 
 # --- shapes (pure) ---------------------------------------------------------------------------
@@ -140,6 +145,9 @@ def shape(seed, trial, kinds, offered=("podman", "supervisord", "runit")):
             part["sleep_s"] = rng.choice([0.1, 0.3, 1.0])
             part["import_s"] = rng.choice([0.0, 0.5, 1.5])
             part["load_s"] = rng.choice([0.5, 1.0, 2.0])
+        elif kind == "daemon":
+            part["name"] = rng.choice(INFRA_NAMES)
+            part["as_user"] = rng.random() < 0.5
         elif kind == "supervised":
             part["supervisor"] = rng.choice([x for x in SUPERVISORS if x in offered])
         elif kind == "shell":
@@ -170,11 +178,16 @@ def guest_comes_back(spec, part):
         part["restart"] == "always" or (part["restart"] == "on-failure" and part["ignore_term"]))
 
 
+def shielded(part):
+    """A part the module must not end: a protect match, or infrastructure by identity (root's)."""
+    return part["kind"] == "protected" or (part["kind"] == "daemon" and not part["as_user"])
+
+
 def expect(spec):
     """What the shape allows: the selected GPUs that must end free, those that stay held
     (by whom), and whether the run must succeed."""
     selected = {int(g) for g in spec["args"]["gpus"]}
-    held_by_protected = {p["gpu"] for p in spec["parts"] if p["kind"] == "protected" and p["gpu"] in selected}
+    held_by_protected = {p["gpu"] for p in spec["parts"] if shielded(p) and p["gpu"] in selected}
     guest_units = {p["gpu"]: "soak-%d-%d.service" % (spec["trial"], k) for k, p in enumerate(spec["parts"])
                    if guest_comes_back(spec, p) and p["gpu"] in selected}
     blocked = held_by_protected | set(guest_units)
@@ -215,8 +228,7 @@ def judge(spec, facts):
     if not exp["free"]:
         if result.get("free") is True:
             failures["wrong_reason"].append("free: true while a protected holder keeps GPU %s" % exp["blocked_gpus"])
-        protected = {p["pid"] for p in facts["procs"] if p["role"] == "live"
-                     and spec["parts"][p["part"]]["kind"] == "protected"}
+        protected = {p["pid"] for p in facts["procs"] if p["role"] == "live" and shielded(spec["parts"][p["part"]])}
         remaining = result.get("remaining") or []
         on_blocked = [r for r in remaining if set(r.get("gpus") or []) & set(exp["protected_gpus"])]
         named = {r.get("pid") for r in on_blocked}

@@ -315,6 +315,29 @@ def build_protected(name, part, gpus):
     return {"procs": [proc(rec["pid"], "live", "protected holder")]}
 
 
+USER, USER_UID = "soakuser", 1990
+USER_RUN = RUN + "/user"
+
+
+def build_daemon(name, part, gpus):
+    """A holder named like GPU infrastructure (nv-hostengine, ...). Run by root (four uids 0,
+    its exe owned by root) the name shields it; run by an unprivileged user with the very same
+    name it does not (a name a user chose never shields: the trust boundary)."""
+    ready = "%s/%s.json" % (USER_RUN, name)
+    sh("mkdir -p %s && chmod 1777 %s" % (USER_RUN, USER_RUN))
+    cmd = hold_cmd(part, ready, title=part["name"])
+    if part["as_user"]:
+        # A real driver lets every user make a context; the stand-in keeps its books here.
+        sh("id -u %s >/dev/null 2>&1 || useradd -M -u %d %s; chmod 1777 /var/lib/fakegpu/alloc /var/lib/fakegpu/dead"
+           % (USER, USER_UID, USER))
+        cmd = "setpriv --reuid=%d --regid=%d --clear-groups %s" % (USER_UID, USER_UID, cmd)
+    scope(name, "exec " + cmd)
+    rec = ready_record(ready, "%s holder %s ready" % (part["name"], name))
+    if part["as_user"]:
+        return {"procs": [proc(rec["pid"], "end", "a user's holder titled %s" % part["name"])]}
+    return {"procs": [proc(rec["pid"], "live", "infrastructure daemon %s (root)" % part["name"])]}
+
+
 def build_outscope(name, part, gpus):
     ready = "%s/%s.json" % (RUN, name)
     scope(name, "exec " + hold_cmd(part, ready))
@@ -349,7 +372,7 @@ def build_shell(name, part, gpus):
 
 
 BUILDERS = {"plain": build_plain, "orphan": build_orphan, "unit": build_unit, "container": build_container,
-            "supervised": build_supervised,
+            "supervised": build_supervised, "daemon": build_daemon,
             "loop": build_loop, "protected": build_protected, "outscope": build_outscope,
             "monitor": build_monitor, "shell": build_shell}
 
