@@ -66,6 +66,9 @@ KINDS = {
     "monitor": "a bystander with only /dev/nvidiactl open: must live, never signalled",
     "shell": "a bystander shell that started a holder and then only runs other programs: the holder ends, "
              "the shell lives, never signalled",
+    "lxc": "a unit of a real LXC guest's own systemd in the node (a runtimes node), Restart=always|on-failure|no: "
+           "the module on the node, the host around the guest; a unit that restarts what the host ended keeps its "
+           "GPU, and the failure names `lxc-attach -n GUEST -- systemctl stop UNIT`",
     "guest": "the trial's parts (plain, orphan, unit, protected, outscope, monitor) run in the node, and "
              "gpu_reclaim runs on the controller around it (a host around its guest, tests/integration/"
              "test_guests.py): a guest unit that restarts what the host ended keeps its GPU, named",
@@ -74,16 +77,18 @@ KINDS = {
 # respawner would be the guest's), containers too (a runtime in a guest is a guest's).
 GUEST_PARTS = ("plain", "orphan", "unit", "protected", "outscope", "monitor")
 # kind -> what the node must offer, any of (install() reads it from the node)
-NEEDS = {"container": ("podman", "docker"), "supervised": ("supervisord", "runit"), "loop": ("load_s",)}
+NEEDS = {"container": ("podman", "docker"), "supervised": ("supervisord", "runit"), "loop": ("load_s",),
+         "lxc": ("lxc",)}
+LXC_GUEST = "gpuops-soak-lxc"     # soak_node.GUEST
 RUNTIMES, SUPERVISORS = ("podman", "docker"), ("supervisord", "runit")
 # How often each kind is drawn: a podman container on the lab's vfs storage costs about 5 s
 # to start and stop, the other parts under 1 s (measured on the 2-core host, seed 1).
 WEIGHTS = {"plain": 3, "orphan": 2, "unit": 2, "container": 1, "supervised": 2, "loop": 3, "protected": 1,
-           "daemon": 1, "outscope": 1, "monitor": 1, "shell": 2}
+           "daemon": 1, "outscope": 1, "monitor": 1, "shell": 2, "lxc": 1}
 GUEST_SHARE = 0.1      # of the trials, when "guest" is among the kinds
 TITLES = ["python3 run_inference.py --model kimi", "sglang::scheduler_TP0", "[kworker/3:1]", "VLLM::Worker_TP0"]
 HOLDING = ("plain", "orphan", "unit", "container", "supervised", "loop", "protected", "daemon", "outscope",
-           "shell")
+           "shell", "lxc")
 INFRA_NAMES = ("nv-hostengine", "nvidia-persistenced", "dcgm-exporter")
 
 
@@ -95,7 +100,7 @@ def comeback_s(part):
     brought a holder back: the after-run watch is longer than the slowest part's."""
     if part["kind"] == "loop":
         return part["sleep_s"] + part["import_s"] + part["load_s"]
-    if part["kind"] == "unit":
+    if part["kind"] in ("unit", "lxc"):
         # RestartSec=100ms + a Python holder's start: a SIGKILLed holder's unit held its GPU
         # again 0.33-0.56 s later (3 kills, load 6-8 on the 2-core host)
         return 1.0
@@ -125,14 +130,14 @@ def shape(seed, trial, kinds, offered=("podman", "supervisord", "runit")):
         part = {"kind": kind}
         if kind in HOLDING:
             part["mib"] = rng.choice([300, 1000, 4000])
-        if kind in ("plain", "orphan", "unit", "protected", "container"):
+        if kind in ("plain", "orphan", "unit", "protected", "container", "lxc"):
             part["ignore_term"] = rng.random() < 0.3
         if kind == "plain":
             part["title"] = rng.choice(TITLES)
             part["fork_inherit"] = rng.random() < 0.3
         elif kind == "outscope":
             part["title"] = rng.choice(TITLES)
-        elif kind == "unit":
+        elif kind in ("unit", "lxc"):
             part["restart"] = rng.choice(["always", "on-failure", "no"])
         elif kind == "container":
             part["runtime"] = rng.choice([r for r in RUNTIMES if r in offered])
@@ -174,8 +179,8 @@ def guest_comes_back(spec, part):
     """In a guest trial, the guest's systemd starts a unit's holder again after the host ended
     it: Restart=always, or on-failure when it took SIGKILL (it ignores SIGTERM; SIGTERM is a
     clean end for on-failure)."""
-    return spec.get("host") and part["kind"] == "unit" and (
-        part["restart"] == "always" or (part["restart"] == "on-failure" and part["ignore_term"]))
+    guest = part["kind"] == "lxc" or (spec.get("host") and part["kind"] == "unit")
+    return guest and (part["restart"] == "always" or (part["restart"] == "on-failure" and part["ignore_term"]))
 
 
 def shielded(part):
@@ -188,8 +193,9 @@ def expect(spec):
     (by whom), and whether the run must succeed."""
     selected = {int(g) for g in spec["args"]["gpus"]}
     held_by_protected = {p["gpu"] for p in spec["parts"] if shielded(p) and p["gpu"] in selected}
-    guest_units = {p["gpu"]: "soak-%d-%d.service" % (spec["trial"], k) for k, p in enumerate(spec["parts"])
-                   if guest_comes_back(spec, p) and p["gpu"] in selected}
+    guest_units = {p["gpu"]: ("lxc-attach -n %s -- systemctl stop soak-%d-%d.service" % (LXC_GUEST, spec["trial"], k)
+                              if p["kind"] == "lxc" else "soak-%d-%d.service" % (spec["trial"], k))
+                   for k, p in enumerate(spec["parts"]) if guest_comes_back(spec, p) and p["gpu"] in selected}
     blocked = held_by_protected | set(guest_units)
     return {"free_gpus": sorted(selected - blocked), "blocked_gpus": sorted(blocked),
             "protected_gpus": sorted(held_by_protected), "guest_units": guest_units, "free": not blocked}
@@ -249,7 +255,7 @@ def judge(spec, facts):
         # stops a guest's unit; its lever is the guest's systemctl).
         for gpu, unit in sorted(exp["guest_units"].items()):
             if unit not in (result.get("msg") or ""):
-                failures["wrong_reason"].append("GPU %d: the failure does not name guest unit %s: %s" % (
+                failures["wrong_reason"].append("GPU %d: the failure does not name `%s`: %s" % (
                     gpu, unit, (result.get("msg") or "")[:300]))
     for program, state in facts.get("supervised", {}).items():
         if program.endswith("-bystander") and state != "running":
@@ -295,7 +301,8 @@ def install(node):
         shutil.rmtree(staging, ignore_errors=True)
     lab("exec", node, "rm -rf %s && mkdir -p %s && tar -x -C %s" % (TREE, TREE, TREE), stdin=tar, timeout=120)
     out = lab("exec", node, "for t in podman docker supervisord; do command -v $t >/dev/null && echo $t; done; "
-                            "command -v runsvdir >/dev/null && systemctl cat runit.service >/dev/null 2>&1 && echo runit; "
+                            "command -v runsvdir >/dev/null && systemctl cat runit.service >/dev/null 2>&1 && echo runit;"
+                            "command -v lxc-start >/dev/null && echo lxc; "
                             "fakegpu hold --help | grep -q -- --load-s && echo load_s; true")
     return set(out.split())
 
@@ -536,6 +543,9 @@ def soak(nodes, seed, indices, kinds, budget, batch, log=bl.log, offered=("podma
         thread.start()
     for thread in threads:
         thread.join()
+    if "lxc" in kinds:
+        for node in nodes:     # the LXC guest's tree lives on the controller's disk
+            lab("exec", node, "python3 %s/soak_node.py teardown" % TREE, timeout=300)
     if errors:
         raise SystemExit("soak: %s" % "; ".join(errors))
     trials.sort(key=lambda t: t["spec"]["trial"])

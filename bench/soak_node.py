@@ -3,6 +3,7 @@ gpu_reclaim on it, watches what happens after, and cleans up. Python 3.9+, stdli
 
 usage: soak_node.py run SPECS.json [--deadline EPOCH]   one JSON line per trial on stdout
        soak_node.py cleanup                              end everything a trial may have left
+       soak_node.py teardown                             that, and stop the soak's LXC guest
 
 Every process a trial starts runs in a transient unit named soak-<trial>-<part>
 (a scope, or the service of a `unit` part) or a podman container of that name, so the
@@ -315,6 +316,73 @@ def build_protected(name, part, gpus):
     return {"procs": [proc(rec["pid"], "live", "protected holder")]}
 
 
+# A real LXC guest in the node (a runtimes node: Debian's lxc), booted once and kept across
+# trials, as tests/integration/test_lxc.py boots it: the module runs on the node, the host
+# around the guest, and sees the guest's processes under /lxc.payload.GUEST.
+GUEST = "gpuops-soak-lxc"
+GUEST_DIR = "/var/lib/gpuops-lab-disk/lxc/%s" % GUEST
+GUEST_CONFIG = """\
+lxc.uts.name = {guest}
+lxc.rootfs.path = dir:{dir}/rootfs
+lxc.init.cmd = /lib/systemd/systemd
+lxc.net.0.type = none
+lxc.mount.auto = proc:mixed sys:ro cgroup:rw
+lxc.apparmor.profile = unconfined
+lxc.autodev = 1
+lxc.tty.max = 0
+lxc.log.file = {dir}/lxc.log
+lxc.mount.entry = /opt/gpuops-lab opt/gpuops-lab none bind,ro,create=dir 0 0
+lxc.mount.entry = /etc/fakegpu etc/fakegpu none bind,ro,create=dir 0 0
+lxc.mount.entry = /var/lib/fakegpu var/lib/fakegpu none bind,create=dir 0 0
+lxc.mount.entry = /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 none \
+bind,ro,create=file 0 0
+""".format(guest=GUEST, dir=GUEST_DIR)
+START_GUEST = (
+    "set -e; d=%(dir)s; mkdir -p $d/upper $d/work $d/rootfs /var/lib/lxc/%(guest)s; "
+    "mountpoint -q $d/rootfs || mount -t overlay overlay "
+    "-o lowerdir=/opt/gpuops-lab-base,upperdir=$d/upper,workdir=$d/work $d/rootfs; "
+    "ln -sfn /dev/null $d/rootfs/etc/systemd/system/ssh.service; "
+    "{ cat <<'EOF'\n%(config)sEOF\n"
+    "for f in /dev/nvidia*; do echo \"lxc.mount.entry = $f ${f#/} none bind,create=file 0 0\"; done; "
+    "} > /var/lib/lxc/%(guest)s/config; "
+    "lxc-info -n %(guest)s -s | grep -q RUNNING || lxc-start -n %(guest)s; "
+    "lxc-wait -n %(guest)s -s RUNNING -t 30" % {"dir": GUEST_DIR, "guest": GUEST, "config": GUEST_CONFIG})
+
+
+def in_guest(cmd):
+    return "lxc-attach -n %s -- %s" % (GUEST, cmd)
+
+
+def build_lxc(name, part, gpus):
+    """A unit of the LXC guest's own systemd (Restart= as drawn) holding the GPU."""
+    if "RUNNING" not in sh("lxc-info -n %s -s 2>/dev/null || true" % GUEST, check=False):
+        sh(START_GUEST, timeout=120)
+    wait_for(lambda: sh(in_guest("systemctl is-system-running") + " 2>/dev/null || true", check=False).strip()
+             in ("running", "degraded"), "systemd of LXC guest %s up" % GUEST, timeout=90)
+    unit = PREFIX + name + ".service"
+    sh(in_guest("systemd-run --quiet --unit=%s -p Restart=%s -p RestartSec=100ms /opt/gpuops-lab/fakegpu/%s"
+                % (unit, part["restart"], hold_cmd(part, title="sglang-guest"))))
+    wait_for(holds(gpus, part["gpu"], part["mib"]), "guest unit %s holding GPU %d" % (unit, part["gpu"]))
+    suffix = "/lxc.payload.%s/system.slice/%s" % (GUEST, unit)
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
+            and any(line.endswith(suffix) for line in read_file("/proc/%s/cgroup" % p).splitlines())]
+    return {"procs": [proc(pid, "end", "guest unit's holder") for pid in pids]}
+
+
+def end_guest_units():
+    if "RUNNING" in sh("lxc-info -n %s -s 2>/dev/null || true" % GUEST, check=False):
+        sh(in_guest("sh -c %s" % shlex.quote(
+            "for u in $(systemctl list-units --all --plain --no-legend '%s*' | awk '{print $1}'); do "
+            "systemctl kill -s KILL $u; systemctl stop $u; systemctl reset-failed $u; done >/dev/null 2>&1; true"
+            % PREFIX)), check=False, timeout=60)
+
+
+def teardown():
+    """Stop the LXC guest and remove its tree (the end of a soak)."""
+    sh("lxc-stop -n %s -k >/dev/null 2>&1; umount %s/rootfs 2>/dev/null; rm -rf %s /var/lib/lxc/%s; true"
+       % (GUEST, GUEST_DIR, GUEST_DIR, GUEST), check=False, timeout=120)
+
+
 USER, USER_UID = "soakuser", 1990
 USER_RUN = RUN + "/user"
 
@@ -372,7 +440,7 @@ def build_shell(name, part, gpus):
 
 
 BUILDERS = {"plain": build_plain, "orphan": build_orphan, "unit": build_unit, "container": build_container,
-            "supervised": build_supervised, "daemon": build_daemon,
+            "supervised": build_supervised, "daemon": build_daemon, "lxc": build_lxc,
             "loop": build_loop, "protected": build_protected, "outscope": build_outscope,
             "monitor": build_monitor, "shell": build_shell}
 
@@ -495,6 +563,7 @@ def cleanup(gpus=None):
             sh("%s rm -f %s %s >/dev/null 2>&1 || true" % (runtime, "-t 0" if runtime == "podman" else "",
                                                            " ".join(mine)), timeout=120, check=False)
     end_supervised()
+    end_guest_units()
     units = sh("systemctl list-units --all --plain --no-legend '%s*' | awk '{print $1}'" % PREFIX,
                check=False).split()
     for unit in units:
@@ -517,6 +586,10 @@ def cleanup(gpus=None):
 def main(argv):
     if argv[:1] == ["cleanup"]:
         print(json.dumps(cleanup()))
+        return 0
+    if argv[:1] == ["teardown"]:
+        cleanup()
+        teardown()
         return 0
     if len(argv) < 2 or argv[0] != "run":
         raise SystemExit(__doc__)
