@@ -281,23 +281,28 @@ def end_supervised():
                % (service, service, service), check=False, timeout=30)
 
 
-LOOP = "echo $$ > %s; while :; do %s; sleep %s; done"
+# The first start takes the GPU at once (the run begins once the shape is in place); every
+# restart after it re-titles after import_s and maps its memory load_s later, as a restarted
+# SGLang scheduler does (FIELD_NOTES, H200 third round). The respawner sees the same program
+# either way (fakegpu hold under python3).
+LOOP = "echo $$ > %s; slow=; while :; do %s; slow=%s; sleep %s; done"
 
 
 def build_loop(name, part, gpus):
     """A respawn loop: depth 1 restarts the holder itself; depth 2 restarts a launcher
-    (python, or bash) that runs the holder. The holder re-titles itself after import_s and
-    takes the GPU load_s later, each time it is started."""
+    (python, or bash) that runs the holder and exits when it ends."""
     pidfile = "%s/%s.pid" % (RUN, name)
-    worker = hold_cmd(part, title="sglang::scheduler_TP0")
+    fast = dict(part, import_s=0, load_s=0)
+    worker = hold_cmd(fast, title="sglang::scheduler_TP0") + " $slow"
     if part["depth"] == 1:
         body = worker
     elif part.get("launcher") == "python":
-        body = "python3 -c %s" % shlex.quote("import subprocess, sys\nsys.exit(subprocess.call(%r))\n"
-                                             % shlex.split(worker))
+        body = "python3 -c %s %s" % (shlex.quote("import subprocess, sys\nsys.exit(subprocess.call(sys.argv[1:]))"),
+                                     worker)
     else:
-        body = "bash -c %s" % shlex.quote("%s; exit $?" % worker)
-    scope(name, LOOP % (pidfile, body, part["sleep_s"]))
+        body = "bash -c %s launcher %s" % (shlex.quote('"$@"; exit $?'), worker)
+    slow = shlex.quote("--import-s %s --load-s %s" % (part["import_s"], part["load_s"]))
+    scope(name, LOOP % (pidfile, body, slow, part["sleep_s"]))
     wait_for(holds(gpus, part["gpu"], part["mib"]), "loop %s holding GPU %d" % (name, part["gpu"]))
     loop = int(read_file(pidfile))
     procs = [proc(loop, "end", "respawn loop")]
