@@ -24,6 +24,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.reclaim.plugins.filter.gpu_report import gpu_report
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 GPU_FIELDS = ('index', 'memory_used_mib', 'memory_total_mib', 'free', 'holders')
 # What the run recorded on each host: registered results and set_fact values, data already
@@ -111,7 +112,9 @@ def host_report(name, host, record, check_mode):
     else:
         lines = gpu_report(reclaim, title='GPUs NOT freed' if reclaim.get('failed') else None, check_mode=check_mode,
                            brief=True)
-    return ['%s: %s' % (name, line) for line in lines]
+    # gpu_report escapes its lines (holder titles and cgroup names are the node users'); the
+    # prefix and the status are escaped here, so no printed line holds a control character.
+    return [escape_text('%s: %s' % (name, line)) for line in lines]
 
 
 class ActionModule(ActionBase):

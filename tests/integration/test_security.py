@@ -1,0 +1,83 @@
+"""Issue 22 on a lab node, with a real unprivileged user: alice (uid 1000 where free), who logs in
+over SSH and whose user manager lingers, as on a shared GPU node. What she controls (files in
+world-writable directories, a free port, her process titles and command lines) may describe
+what she runs; it never blocks a reclaim, never passes for the server, never forges output.
+
+- the host lock: she holds the old lock path and cannot reach the new one; gpu_reclaim runs;
+- the squatter: she binds the server's port while a restart loads; the restart fails naming
+  her PID and rolls back, the last good flags kept;
+- the adoption of a hand-started server whose command line is over 128 KiB;
+- the forged table line: her holder's title holds a newline and an ESC sequence.
+(The reclaim timer's run lock: tests/integration/test_reclaim_timer.py.)
+"""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from . import scenarios as sc
+from .conftest import REPO, VENV_BIN, ansible_env
+
+RECLAIM = "gpuops.reclaim.gpu_reclaim"
+FAST = {"term_timeout": 1.5, "release_timeout": 3, "nvml_timeout": 5}
+OLD_LOCK = "/run/lock/gpuops-gpu-reclaim.lock"
+LOCK = "/run/gpuops/gpu-reclaim.lock"
+
+
+def flock_held(path):
+    """Shell test: some process holds a flock on PATH (read from /proc/locks: looking takes nothing)."""
+    return "ino=$(stat -c %%i %s 2>/dev/null) && grep -q \":$ino \" /proc/locks" % shlex.quote(path)
+
+
+# --- item 3: the host lock -------------------------------------------------------------------------
+
+def test_alice_can_neither_hold_nor_replace_the_host_lock_and_gpu_reclaim_runs(lab, node, alice):
+    rec = sc.hold(lab, node, "lockvictim", "--gpu", "5:600")
+    # What she could do before: hold the lock file in the world-writable /run/lock for ever.
+    alice.exec("setsid -f flock %s sleep 600 </dev/null >/dev/null 2>&1" % OLD_LOCK)
+    sc.wait_until(lab, node, flock_held(OLD_LOCK), "alice's flock(1) holds the old lock path")
+    # The new one is out of her reach, whether root made it yet or not: she can neither make the
+    # directory first, nor open (even read-only) the file in it, nor put a link there.
+    for attempt in ("mkdir -p /run/gpuops", "flock -n %s true" % LOCK, "flock -n -s %s true" % LOCK,
+                    "ln -s /tmp/mine %s" % LOCK):
+        tried = alice.exec(attempt, check=False)
+        assert tried.returncode != 0 and ("Permission denied" in tried.stderr or "No such file" in tried.stderr), \
+            (attempt, tried.returncode, tried.stderr)
+
+    result = lab.module(node, RECLAIM, dict(FAST, gpus=["5"], lock_timeout=2))
+
+    assert not result.get("failed"), result.get("msg")
+    assert result["free"] is True and not sc.alive(lab, node, rec["pid"], rec["start_time"])
+    assert result["host_lock"] == {"path": LOCK, "waited_s": result["host_lock"]["waited_s"], "waited_for": None}
+    assert result["host_lock"]["waited_s"] < 1, result["host_lock"]
+    assert lab.exec(node, "stat -c '%U %a %F' /run/gpuops").stdout.split() == ["root", "700", "directory"]
+    # Now that root made it, she still cannot enter it.
+    for attempt in ("flock -n %s true" % LOCK, "ls /run/gpuops", "ln -s /tmp/mine /run/gpuops/x"):
+        tried = alice.exec(attempt, check=False)
+        assert tried.returncode != 0 and "Permission denied" in tried.stderr, (attempt, tried.stderr)
+
+
+def test_a_lock_directory_that_is_not_roots_alone_fails_naming_it_and_signals_nothing(lab, node):
+    rec = sc.hold(lab, node, "lockdir", "--gpu", "5:600")
+    try:
+        # As if it were made by someone else, or opened up: root-owned but group/world-enterable.
+        lab.exec(node, "mkdir -p /run/gpuops && chmod 0755 /run/gpuops")
+        result = lab.module(node, RECLAIM, dict(FAST, gpus=["5"], lock_timeout=2))
+        assert result["failed"] is True
+        assert result["msg"].startswith("the host lock /run/gpuops directory is owned by uid 0 with mode 0755 "
+                                        "(it must be uid 0, mode 0700)"), result["msg"]
+        assert "signalled nothing" in result["msg"] and result["actions"] == []
+        assert sc.alive(lab, node, rec["pid"], rec["start_time"])
+        # A link there is not followed.
+        lab.exec(node, "rm -rf /run/gpuops && mkdir -p -m 0700 /root/elsewhere && ln -s /root/elsewhere /run/gpuops")
+        result = lab.module(node, RECLAIM, dict(FAST, gpus=["5"], lock_timeout=2))
+        assert result["msg"].startswith("the host lock /run/gpuops directory is a symbolic link"), result["msg"]
+        assert lab.exec(node, "ls -A /root/elsewhere").stdout == ""
+        assert sc.alive(lab, node, rec["pid"], rec["start_time"])
+    finally:
+        lab.exec(node, "rm -f /run/gpuops; rm -rf /root/elsewhere /run/gpuops", check=False)
