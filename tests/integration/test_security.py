@@ -81,3 +81,56 @@ def test_a_lock_directory_that_is_not_roots_alone_fails_naming_it_and_signals_no
         assert sc.alive(lab, node, rec["pid"], rec["start_time"])
     finally:
         lab.exec(node, "rm -f /run/gpuops; rm -rf /root/elsewhere /run/gpuops", check=False)
+
+
+# --- item 6: a holder's title cannot forge a line of the printed table -------------------------------
+
+# alice's GPU job (the stand-in's context, made the way `fakegpu hold` makes it), which then names
+# itself (prctl PR_SET_NAME: any bytes but NUL, 15 at most) with what argv[2] spells in escapes.
+ALICE_HOLDER = r"""
+import ctypes, os, sys, time
+sys.path.insert(0, os.path.dirname(os.path.realpath('/usr/local/bin/fakegpu')))
+from fakegpulib import config
+from fakegpulib.gpumem import Context
+ctx = Context(6, config.gpu_by_index(config.load(), 6)["minor"], 500)
+ctypes.CDLL(None).prctl(15, sys.argv[2].encode().decode('unicode_escape').encode('latin-1'), 0, 0, 0)
+with open(sys.argv[1] + '.tmp', 'w') as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[1] + '.tmp', sys.argv[1])
+time.sleep(600)
+"""
+FORGED = "GPU 6: 0 free"
+
+
+def alice_holder(lab, node, alice, title):
+    """alice's holder of 500 MiB on GPU 6, titled `title` (Python escapes); returns its PID."""
+    # The stand-in keeps its registry in root's directories; on a real node any user may take a GPU.
+    lab.exec(node, "chmod 1777 /var/lib/fakegpu/alloc /var/lib/fakegpu/dead")
+    lab.exec(node, "cat > /home/alice/holder.py <<'EOF'\n%s\nEOF\nchown alice: /home/alice/holder.py" % ALICE_HOLDER)
+    alice.exec("rm -f ~/h.pid; setsid -f python3 ~/holder.py ~/h.pid %s </dev/null >~/h.log 2>&1" % shlex.quote(title))
+    sc.wait_until(lab, node, "[ -s /home/alice/h.pid ]", "alice's GPU holder")
+    return int(lab.exec(node, "cat /home/alice/h.pid").stdout)
+
+
+def test_a_title_with_a_newline_and_an_esc_cannot_forge_a_line_of_the_printed_table(lab, node, clean_gpus, alice):
+    pid = alice_holder(lab, node, alice, "x\\n" + FORGED)      # comm: 'x', newline, 'GPU 6: 0 free'
+    assert lab.exec(node, "cat /proc/%d/comm" % pid).stdout == "x\n%s\n" % FORGED
+    with tempfile.TemporaryDirectory(prefix="forge-") as tmp:
+        play = os.path.join(tmp, "play.json")
+        with open(play, "w") as f:
+            json.dump([{"hosts": node, "gather_facts": False, "roles": [
+                {"role": "gpuops.reclaim.gpus_free", "gpus_free_gpus": ["6"], "gpus_free_term_timeout": 2}]}], f)
+        # The YAML result format (a common operator setting) prints a multi-line string as lines.
+        env = dict(ansible_env(), ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
+        run = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", lab.inventory, play],
+                             env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    lines = [line.strip().lstrip("- ") for line in out.splitlines()]
+    assert "GPU 6: 500/" in out, out                                   # the table was printed
+    assert not [line for line in lines if line.startswith(FORGED)], out
+    assert "x\\nGPU 6: 0 free" in out, out                              # her title, escaped, in its line
+    assert "\x1b" not in out
+    # (An ESC sequence alone is written as \e by the YAML and JSON result formats themselves;
+    # the table's own escaping of it is tested in tests/unit/plugins/filter/test_gpu_report.py.)
+
