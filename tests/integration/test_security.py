@@ -134,3 +134,73 @@ def test_a_title_with_a_newline_and_an_esc_cannot_forge_a_line_of_the_printed_ta
     # (An ESC sequence alone is written as \e by the YAML and JSON result formats themselves;
     # the table's own escaping of it is tested in tests/unit/plugins/filter/test_gpu_report.py.)
 
+
+
+# --- item 4: a squatter on the port while the server loads ------------------------------------------
+
+# alice's squatter: tries to bind the server's port every 50 ms until it is free (the old server
+# stopped, the new one still loading), then answers 200 to every GET, /health included.
+SQUATTER = r"""
+import http.server, os, sys, time
+class Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"max_total_num_tokens": 1}'
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+while True:
+    try:
+        server = http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), Answer)
+        break
+    except OSError:
+        time.sleep(0.05)
+with open(sys.argv[3] + '.tmp', 'w') as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[3] + '.tmp', sys.argv[3])
+server.serve_forever()
+"""
+
+
+@pytest.fixture
+def server_node(lab, node, clean_gpus):
+    from .test_reclaim_playbook import GOOD_SERVER, SERVER_RESET, playbook_dir
+    lab.exec(node, SERVER_RESET)
+    tmp = playbook_dir(lab, {node: GOOD_SERVER})
+    yield node, tmp, GOOD_SERVER
+    lab.exec(node, SERVER_RESET, check=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_squatter_on_the_port_fails_the_restart_naming_its_pid_and_the_rollback_runs(lab, server_node, alice):
+    from .test_reclaim_playbook import run_playbook, write_host_vars
+    node, tmp, server = server_node
+    run, summary = run_playbook(tmp, [node])
+    assert run.returncode == 0, run.stdout + run.stderr
+    last_good = "/etc/gpuops/sglang.last-good.json"
+    assert sc.read_json(lab, node, last_good)["flags"]["mem_fraction_static"] == 0.8
+
+    ip = lab.status()[node]["ip"]
+    lab.exec(node, "cat > /home/alice/squat.py <<'EOF'\n%s\nEOF\nchown alice: /home/alice/squat.py" % SQUATTER)
+    alice.exec("rm -f ~/squat.pid; setsid -f python3 ~/squat.py %s 30000 ~/squat.pid </dev/null >~/squat.log 2>&1" % ip)
+    # New flags, and a server that loads for a while (the port stays closed meanwhile, as SGLang's).
+    write_host_vars(tmp, node, dict(server, inference_service_env={"FAKESERVE_LOAD_SECONDS": "20"},
+                                    inference_service_flags=dict(server["inference_service_flags"],
+                                                                 mem_fraction_static=0.7)))
+    run, summary = run_playbook(tmp, [node])
+    out = run.stdout + run.stderr
+
+    squatter = int(lab.exec(node, "cat /home/alice/squat.pid").stdout)
+    assert lab.exec(node, "stat -c %%U /proc/%d" % squatter).stdout.strip() == "alice"
+    assert run.returncode != 0, out
+    failure = summary["hosts"][node]["failure"]["msg"]
+    assert "is held by PID %d (uid %d, " % (squatter, alice.uid) in failure, failure
+    assert "not by sglang.service" in failure, failure
+    # The rollback ran: the last good unit was put back (and failed on the same squatter).
+    assert "ROLLBACK to /etc/gpuops/sglang.last-good.service failed too" in failure, failure
+    assert "--mem-fraction-static 0.8" in lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
+    # The squatter's answers were never taken for the server's: the new flags were not kept.
+    assert sc.read_json(lab, node, last_good)["flags"]["mem_fraction_static"] == 0.8
+    assert lab.exec(node, "kill -0 %d" % squatter, check=False).returncode == 0, "alice's process is not ours to stop"
