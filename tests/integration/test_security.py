@@ -204,3 +204,43 @@ def test_a_squatter_on_the_port_fails_the_restart_naming_its_pid_and_the_rollbac
     # The squatter's answers were never taken for the server's: the new flags were not kept.
     assert sc.read_json(lab, node, last_good)["flags"]["mem_fraction_static"] == 0.8
     assert lab.exec(node, "kill -0 %d" % squatter, check=False).returncode == 0, "alice's process is not ours to stop"
+
+
+# --- item 5: adoption passes no command line through a shell ----------------------------------------
+
+# A server started by hand whose command line is over 128 KiB (a long prompt template or a
+# model list in its flags): the kernel takes it in argv, 1,500 words of 100 bytes; one
+# argument (a `sh -c` line holding it) may not exceed 128 KiB (MAX_ARG_STRLEN).
+BIG_LISTENER = ("import socket, sys, time\n"
+                "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind((sys.argv[1], 30000)); s.listen()\n"
+                "open('/run/gpuops-t/big.pid', 'w').write(str(__import__('os').getpid()))\n"
+                "time.sleep(600)\n")
+
+
+def test_adopting_a_hand_started_server_with_a_command_line_over_128_kib(lab, server_node):
+    from .test_reclaim_playbook import run_playbook
+    node, tmp, _server = server_node
+    ip = lab.status()[node]["ip"]
+    lab.exec(node, "mkdir -p /run/gpuops-t && rm -f /run/gpuops-t/big.pid && setsid -f python3 -c %s %s "
+                   "-m sglang.launch_server --chat-template $(seq -f '%%0100g' 1500) </dev/null >/dev/null 2>&1"
+             % (shlex.quote(BIG_LISTENER), ip))
+    sc.wait_until(lab, node, "[ -s /run/gpuops-t/big.pid ]", "the hand-started listener")
+    pid = int(lab.exec(node, "cat /run/gpuops-t/big.pid").stdout)
+    size = int(lab.exec(node, "wc -c < /proc/%d/cmdline" % pid).stdout)
+    assert size > 128 * 1024, size
+    start_time = sc.identity(lab, node, pid)[0]
+
+    try:
+        run, summary = run_playbook(tmp, [node])
+    finally:
+        if sc.alive(lab, node, pid, start_time):       # the test's own listener, when adoption failed
+            lab.exec(node, "kill -9 %d" % pid, check=False)
+    out = run.stdout + run.stderr
+
+    assert run.returncode == 0, out[-6000:]
+    assert summary["hosts"][node]["status"] == "ok", summary["hosts"][node]
+    assert "adopting PID %d (python3 -c import socket" % pid in out, out[-6000:]
+    assert "adopted " in out and "sglang-adopted-" in out, out[-6000:]
+    assert not sc.alive(lab, node, pid, start_time), "the adopted server still runs"
+    assert lab.exec(node, "systemctl is-active sglang.service").stdout.strip() == "active"
