@@ -21,9 +21,6 @@ import re
 import subprocess
 import sys
 
-port = int(sys.argv[1])
-host = sys.argv[2] if len(sys.argv) > 2 else "0.0.0.0"
-unit = sys.argv[3] if len(sys.argv) > 3 else None
 WILD = ("0.0.0.0", "::", "")
 
 
@@ -32,7 +29,7 @@ def v4(hexaddr):
     return ".".join(str(int(hexaddr[i:i + 2], 16)) for i in (6, 4, 2, 0))
 
 
-def clashes(hexaddr):
+def clashes(hexaddr, host):
     """A listener clashes unless both sides name different specific addresses."""
     if len(hexaddr) == 8:
         addr = v4(hexaddr)
@@ -66,24 +63,32 @@ def unit_cgroup(name):
     return out.stdout.decode().strip() or None
 
 
-inodes = set()
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    try:
-        with open(table) as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                local, state, inode = fields[1], fields[3], fields[9]
-                # 0A = LISTEN
-                addr, lport = local.rsplit(":", 1)
-                if state == "0A" and int(lport, 16) == port and clashes(addr):
-                    inodes.add("socket:[%s]" % inode)
-    except OSError:
-        pass
+def in_unit(path, group):
+    """The cgroup path is the unit's control group or below it."""
+    return bool(group and path and (path == group or path.startswith(group.rstrip("/") + "/")))
 
-group = unit_cgroup(unit)
-owners = []
-if inodes:
+
+def listeners(port, host):
+    """The inodes of LISTEN sockets on PORT that clash with HOST."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    local, state, inode = fields[1], fields[3], fields[9]
+                    # 0A = LISTEN
+                    addr, lport = local.rsplit(":", 1)
+                    if state == "0A" and int(lport, 16) == port and clashes(addr, host):
+                        inodes.add("socket:[%s]" % inode)
+        except OSError:
+            pass
+    return inodes
+
+
+def owners_of(inodes, group):
+    owners = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             fds = os.listdir("/proc/%s/fd" % pid)
@@ -101,9 +106,22 @@ if inodes:
             uid = os.stat("/proc/%s" % pid).st_uid
             owners.append({"pid": int(pid), "start_time": start_time, "uid": uid, "name": name,
                            "cmdline": cmdline or name, "unit": unit_of(path), "cgroup": path,
-                           "in_unit": bool(group and path and (path == group or path.startswith(group + "/")))})
+                           "in_unit": in_unit(path, group)})
         except OSError:
             continue  # gone meanwhile, or not ours to read
+    return owners
 
-print(json.dumps({"port": port, "host": host, "listening": bool(inodes), "owners": owners,
-                  "unit": unit, "unit_cgroup": group}))
+
+def main(argv):
+    port = int(argv[1])
+    host = argv[2] if len(argv) > 2 else "0.0.0.0"
+    unit = argv[3] if len(argv) > 3 else None
+    inodes = listeners(port, host)
+    group = unit_cgroup(unit)
+    owners = owners_of(inodes, group) if inodes else []
+    print(json.dumps({"port": port, "host": host, "listening": bool(inodes), "owners": owners,
+                      "unit": unit, "unit_cgroup": group}))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
