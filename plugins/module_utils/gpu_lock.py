@@ -38,6 +38,7 @@ import stat
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 LOCK_DIR = '/run/gpuops'
 LOCK_NAME = 'gpu-reclaim.lock'
@@ -110,7 +111,7 @@ def _holder_of(fd):
     else None."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        text = os.read(fd, 200).decode('utf-8', 'replace').strip()
+        text = escape_text(os.read(fd, 200).decode('utf-8', 'replace').strip())
     except OSError:
         text = ''
     return text or _flock_holder(fd)
@@ -141,7 +142,8 @@ def _flock_holder(fd, proc_locks='/proc/locks', proc='/proc'):
             continue
         if same_file and pid > 0:
             try:
-                return 'PID %d (%s)' % (pid, gpu_observe.read_stat(pid, proc).comm)
+                # comm is the holder's own title: escaped, it cannot add a line to the message.
+                return 'PID %d (%s)' % (pid, escape_text(gpu_observe.read_stat(pid, proc).comm))
             except gpu_observe.ProcError:
                 return 'PID %d' % pid
     return None

@@ -238,3 +238,20 @@ def test_flock_holder_is_none_for_a_holder_outside_our_pid_namespace_or_a_garble
 
 def test_flock_holder_names_a_pid_whose_stat_is_gone_by_its_number(tmp_path):
     assert _flock_holder_from(tmp_path, "1: FLOCK  ADVISORY  WRITE 5151 {dev}:{ino} 0 EOF\n") == 'PID 5151'
+
+
+def test_a_holders_title_is_escaped_in_its_name(tmp_path):
+    path = tmp_path / 'l'
+    path.write_text('')
+    st = os.stat(str(path))
+    locks = tmp_path / 'locks'
+    locks.write_text('1: FLOCK  ADVISORY  WRITE 4343 %02x:%02x:%d 0 EOF\n'
+                     % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    stat = open('/proc/self/stat').read()
+    (tmp_path / 'proc' / '4343').mkdir(parents=True)
+    (tmp_path / 'proc' / '4343' / 'stat').write_text('4343 (x\nGPU 0: free) ' + stat[stat.rindex(')') + 2:])
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        assert gpu_lock._flock_holder(fd, str(locks), str(tmp_path / 'proc')) == 'PID 4343 (x\\nGPU 0: free)'
+    finally:
+        os.close(fd)
