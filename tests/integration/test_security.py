@@ -21,7 +21,7 @@ import tempfile
 import pytest
 
 from . import scenarios as sc
-from .conftest import REPO, VENV_BIN, ansible_env
+from .conftest import VENV_BIN, ansible_env
 
 RECLAIM = "gpuops.reclaim.gpu_reclaim"
 FAST = {"term_timeout": 1.5, "release_timeout": 3, "nvml_timeout": 5}
@@ -133,7 +133,6 @@ def test_a_title_with_a_newline_and_an_esc_cannot_forge_a_line_of_the_printed_ta
     assert "\x1b" not in out
     # (An ESC sequence alone is written as \e by the YAML and JSON result formats themselves;
     # the table's own escaping of it is tested in tests/unit/plugins/filter/test_gpu_report.py.)
-
 
 
 # --- item 4: a squatter on the port while the server loads ------------------------------------------

@@ -79,7 +79,7 @@ def parse_roots(words):
     """[(pid, start_time or None)] from PID:START_TIME words; ValueError names a bad one."""
     roots = []
     for word in words:
-        pid, _, start = word.partition(":")
+        pid, _sep, start = word.partition(":")
         if not pid.isdigit():
             raise ValueError("bad root %r: expected PID:START_TIME" % word)
         roots.append((int(pid), int(start) if start.isdigit() else None))
