@@ -38,12 +38,13 @@ def flock_held(path):
 
 def test_alice_can_neither_hold_nor_replace_the_host_lock_and_gpu_reclaim_runs(lab, node, alice):
     rec = sc.hold(lab, node, "lockvictim", "--gpu", "5:600")
+    lab.exec(node, "rm -rf /run/gpuops")          # as after a boot: /run is a fresh tmpfs
     # What she could do before: hold the lock file in the world-writable /run/lock for ever.
     alice.exec("setsid -f flock %s sleep 600 </dev/null >/dev/null 2>&1" % OLD_LOCK)
     sc.wait_until(lab, node, flock_held(OLD_LOCK), "alice's flock(1) holds the old lock path")
     # The new one is out of her reach, whether root made it yet or not: she can neither make the
     # directory first, nor open (even read-only) the file in it, nor put a link there.
-    for attempt in ("mkdir -p /run/gpuops", "flock -n %s true" % LOCK, "flock -n -s %s true" % LOCK,
+    for attempt in ("mkdir /run/gpuops", "flock -n %s true" % LOCK, "flock -n -s %s true" % LOCK,
                     "ln -s /tmp/mine %s" % LOCK):
         tried = alice.exec(attempt, check=False)
         assert tried.returncode != 0 and ("Permission denied" in tried.stderr or "No such file" in tried.stderr), \
