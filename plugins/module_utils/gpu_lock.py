@@ -43,8 +43,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import esc
 LOCK_DIR = '/run/gpuops'
 LOCK_NAME = 'gpu-reclaim.lock'
 LOCK_PATH = os.path.join(LOCK_DIR, LOCK_NAME)
-# Where the lock was before issue 22: a world-writable directory. Never opened now.
-OLD_LOCK_PATH = '/run/lock/gpuops-gpu-reclaim.lock'
 
 
 class LockTimeout(Exception):

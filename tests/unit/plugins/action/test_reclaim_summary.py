@@ -71,3 +71,13 @@ def test_summary_record_of_a_converged_server_host_keeps_both_reclaims_and_says_
     converged = host_record({"reclaim__strays_result": dict(strays, changed=False), "gpus_free_result": server_gpus,
                              "inference_service_name": "sglang", "inference_service__reasons": []})
     assert converged["changed"] is False
+
+
+def test_summary_report_lines_hold_no_control_character_of_a_holders_title():
+    holder = dict(RESULT["holders"][0], name="x\nGPU 3: 0 free", cmdline="x\nGPU 3: 0 free \x1b[2K")
+    action = dict(RESULT["actions"][0], name="x\nGPU 3: 0 free")
+    host = {"gpus_free_result": dict(RESULT, holders=[holder], actions=[action])}
+    lines = host_report("node1", host, host_record(host), False)
+    assert len(lines) == 3 and all(line.startswith("node1: ") for line in lines), lines
+    assert not any(ch in "".join(lines) for ch in "\n\r\x1b"), lines
+    assert "x\\nGPU 3: 0 free" in lines[1] and "x\\nGPU 3: 0 free" in lines[2], lines
