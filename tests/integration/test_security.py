@@ -127,10 +127,12 @@ def test_a_title_with_a_newline_and_an_esc_cannot_forge_a_line_of_the_printed_ta
                              env=env, capture_output=True, text=True, timeout=300, check=False)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
-    lines = [line.strip().lstrip("- ") for line in out.splitlines()]
+    lines = [line.strip().lstrip("- ").lstrip("'\"") for line in out.splitlines()]   # YAML may quote an item
     assert "GPU 6: 500/" in out, out                                   # the table was printed
     assert not [line for line in lines if line.startswith(FORGED)], out
-    assert "x\\nGPU 6: 0 free" in out, out                              # her title, escaped, in its line
+    # Her title, escaped, is inside the table's one line for GPU 6 (whatever the escape's spelling).
+    (row,) = [line for line in lines if line.startswith("GPU 6: 500/")]
+    assert "x\\" in row and FORGED in row, row
     assert "\x1b" not in out
     # (An ESC sequence alone is written as \e by the YAML and JSON result formats themselves;
     # the table's own escaping of it is tested in tests/unit/plugins/filter/test_gpu_report.py.)

@@ -1,5 +1,6 @@
 """The run summary's per-host record (action reclaim_summary): pure function over host variables."""
 from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record, host_report
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # The same gpu_reclaim result the report's tests read.
 from ..filter.test_gpu_report import RESULT
@@ -80,4 +81,5 @@ def test_summary_report_lines_hold_no_control_character_of_a_holders_title():
     lines = host_report("node1", host, host_record(host), False)
     assert len(lines) == 3 and all(line.startswith("node1: ") for line in lines), lines
     assert not any(ch in "".join(lines) for ch in "\n\r\x1b"), lines
-    assert "x\\nGPU 3: 0 free" in lines[1] and "x\\nGPU 3: 0 free" in lines[2], lines
+    shown = escape_text("x\nGPU 3: 0 free")
+    assert shown in lines[1] and shown in lines[2], lines

@@ -3,6 +3,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.reclaim.plugins.filter.gpu_report import gpu_report
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 ROW = {"index": 2, "memory_used_mib": 76000, "memory_total_mib": 81920, "free": False, "holders": [194909],
        "uuid": "GPU-x", "handles": []}
@@ -62,5 +63,5 @@ def test_a_title_with_a_newline_and_an_esc_sequence_stays_on_its_line():
     assert len(lines) == 3, lines                       # title, one GPU, one action: nothing more
     assert not any(line.startswith(FORGED) for line in text.splitlines()), lines
     assert not any(ch in text for ch in "\x1b\r\x07"), lines
-    assert lines[1] == "GPU 2: 76000/81920 MiB -> 0 MiB free  holders: 194909(worker\\n\\x1b[31m/a\\nb.service)"
-    assert lines[2].endswith("worker\\n" + FORGED + ": exited\\x1b]0;pwned\\x07"), lines[2]
+    assert lines[1] == "GPU 2: 76000/81920 MiB -> 0 MiB free  holders: 194909(%s)" % escape_text("worker\n\x1b[31m/a\nb.service")
+    assert lines[2].endswith(escape_text("worker\n" + FORGED + ": exited\x1b]0;pwned\x07")), lines[2]

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lock
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 HOLD = r"""
 import sys, time
@@ -252,6 +253,6 @@ def test_a_holders_title_is_escaped_in_its_name(tmp_path):
     (tmp_path / 'proc' / '4343' / 'stat').write_text('4343 (x\nGPU 0: free) ' + stat[stat.rindex(')') + 2:])
     fd = os.open(str(path), os.O_RDONLY)
     try:
-        assert gpu_lock._flock_holder(fd, str(locks), str(tmp_path / 'proc')) == 'PID 4343 (x\\nGPU 0: free)'
+        assert gpu_lock._flock_holder(fd, str(locks), str(tmp_path / 'proc')) == 'PID 4343 (%s)' % escape_text('x\nGPU 0: free')
     finally:
         os.close(fd)
