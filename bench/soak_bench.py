@@ -266,7 +266,7 @@ def judge(spec, facts):
             failures["wrong_kill"].append("container %s was removed (stop it, never remove it)" % name)
     if facts.get("cleanup"):
         failures["infra"].append("clean-up left %s" % facts["cleanup"])
-    return dict(failures)
+    return {kind: found for kind, found in failures.items() if found}
 
 
 COUNTED = ("wrong_kill", "early_free", "unfreed", "not_ended", "wrong_reason", "infra")
