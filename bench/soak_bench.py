@@ -490,8 +490,7 @@ def report(args, seed, trials, started, stopped_by_budget, offered):
         print("\nFAILED trial %d (seed %d): %s\n  shape: %s\n  replay: %s" % (
             t["spec"]["trial"], seed, json.dumps(t["failures"]), json.dumps(t["spec"]["parts"]),
             replay(t["spec"])))
-    commit = subprocess.run(["git", "-C", bl.REPO, "describe", "--always", "--dirty"], capture_output=True,
-                            text=True, check=False).stdout.strip()
+    commit = args.commit
     print("\ncommit %s; a trial's shape depends on the code, the kinds and what the node offers (%s): replay "
           "at this commit on the same kind of node" % (commit, ",".join(sorted(offered))))
     path = bl.write_json(args.out, {
@@ -577,6 +576,9 @@ def main():
         os.environ.setdefault(key, value)
     bl.log("lab up %d (LAB_STATE=%s LAB_ADDR_BASE=%s LAB_CONTAINERS=%s)" % (
         args.nodes, os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"], os.environ.get("LAB_CONTAINERS", "")))
+    # The code the nodes run is this checkout as it is now (install copies it): name it now.
+    args.commit = subprocess.run(["git", "-C", bl.REPO, "describe", "--always", "--dirty"], capture_output=True,
+                                 text=True, check=False).stdout.strip()
     lab("up", str(args.nodes))
     nodes = ["node%d" % i for i in range(1, args.nodes + 1)]
     started = time.time()

@@ -478,6 +478,26 @@ def test_a_live_parent_that_respawns_nothing_costs_one_settle_window():
     assert actor.polls[-1] == 5, 'a live parent is watched for the whole window'
 
 
+def test_a_respawn_beside_a_protected_holder_on_another_gpu_is_still_watched_and_its_parent_ended():
+    """Found by the soak (seed 2205, trial 81): GPU 1 kept by a protected holder made the ladder
+    skip the respawn watch, so the loop on GPU 0 restarted its holder and the failure named
+    GPU 1 only."""
+    loop, _first, _again = respawning()
+    keep = proc(20, name='nv-hostengine', fds=CTX, maps=CTX)       # infrastructure: protected
+    first = survey_of([gpu(0, used=1000, processes=[(10, 1000)]), gpu(1, used=1000, processes=[(20, 1000)])],
+                      [proc(10, name='exits-on-term', fds=CTX, maps=CTX, ppid=50, cmdline='hold'), keep])
+    kept = survey_of([gpu(0), gpu(1, used=1000, processes=[(20, 1000)])], [keep])
+    actor = ScriptedActor()
+    surveyor = ScriptedSurveyor(first, kept, others={50: loop, 12: proc(12, ppid=50, cmdline='hold')},
+                                children={50: [[10], [], [12]]})
+    result = ladder(surveyor, actor).run()
+    assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
+    assert ('SIGTERM', 20) not in actor.calls and ('SIGKILL', 20) not in actor.calls
+    assert [a['pid'] for a in result['actions'] if a['step'] == 'respawn'] == [50]
+    assert result['free'] is False
+    assert [(h['pid'], h['reason_code']) for h in result['remaining']] == [(20, 'protected')]
+
+
 def test_a_parent_that_exits_after_its_child_ends_the_settle_window_at_once():
     loop, first, _again = respawning()
 
