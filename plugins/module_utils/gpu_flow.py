@@ -668,8 +668,8 @@ class Ladder(object):
                 result, changed = self.actor.stop_user_unit(uid, unit, 0 if self.force else self.term_timeout)
                 self._record(act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid), since)
                 if changed:
-                    self.ended_gpus.update(g for t in targets if (t['owner'].get('uid'), t['owner'].get('unit'))
-                                           == (uid, unit) for g in t['gpus'])
+                    mine = [t for t in targets if (t['owner'].get('uid'), t['owner'].get('unit')) == (uid, unit)]
+                    self.ended_gpus.update(g for t in mine for g in t['gpus'])
             if units or user_units:
                 targets = self.actor.alive(targets)
         killed = []
