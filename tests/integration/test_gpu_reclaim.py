@@ -462,6 +462,22 @@ def test_a_restarted_retitled_slow_holder_is_seen_by_ancestry_and_its_respawner_
     assert gpu0_used(lab, node) == 0
 
 
+def test_a_respawner_outside_match_is_named_with_its_lever_never_signalled_nor_left_stopped(lab, node):
+    name = "respawn-outside-match"
+    loop_pid, loop_start = start_shape(lab, node, name, RESPAWNERS["grandparent-python"])
+
+    # `match` covers the worker (by its title) but not the loop that restarts it
+    result = reclaim(lab, node, gpus=["0"], term_timeout=5, match=["^sglang::scheduler"])
+
+    assert result.get("failed") is True and result["free"] is False, result["actions"]
+    assert loop_pid not in every_signal(result), result["actions"]
+    assert "PID %d (bash" % loop_pid in result["msg"], result["msg"]
+    assert "`kill %d`" % loop_pid in result["msg"] and "`match`" in result["msg"], result["msg"]
+    assert [h["pid"] for h in result["remaining"] if h["kind"] == "respawner"] == [loop_pid]
+    identity = sc.identity(lab, node, loop_pid)
+    assert identity[0] == loop_start and identity[1] != "T", "the loop runs on, not stopped: %s" % (identity,)
+
+
 @pytest.mark.parametrize("shape", sorted(BYSTANDERS))
 def test_a_bystander_shell_is_watched_within_the_bound_and_never_signalled(lab, node, shape):
     shell_pid, shell_start = start_shape(lab, node, "bystander-%s" % shape, BYSTANDERS[shape])
