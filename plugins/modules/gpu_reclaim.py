@@ -30,7 +30,7 @@ description:
     3 seconds, and no longer than one of them lives. An ancestor under which a new process runs
     the program of an ended one again (the same executable; whatever its title or command
     line), or takes a GPU context, respawns it (a shell or Python loop, or a loop restarting the
-    launcher of the holder): it and what it started are stopped (SIGSTOP, so none starts
+    launcher of the holder); it and what it started are stopped (SIGSTOP, so none starts
     another) and become the targets when it matches O(match) (or, without O(match), holds no
     GPU) and is not protected; otherwise the task fails naming it (PID, name, command line) and
     the command that ends it;
