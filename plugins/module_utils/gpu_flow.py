@@ -387,7 +387,7 @@ class Ladder(object):
         self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
         self.unreachable = set()  # PIDs alive after SIGKILL
         self.respawns = respawn.Watch(surveyor, clock, observe.ProcError)   # the watched ancestors
-        self.frozen = set()       # (pid, start_time) of respawners and their new processes it SIGSTOPped
+        self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
         self.respawn_targets = []  # respawners (and their new processes) to end next
         self.respawners = []      # respawning parents this run may not end: the failure names them
 
@@ -420,7 +420,9 @@ class Ladder(object):
         try:
             last = self._climb(first)
         except (observe.ObserveError, pattern_error()) as exc:
-            # The driver stopped answering after the ladder acted: say what was done so far.
+            # The driver stopped answering after the ladder acted: say what was done so far, and
+            # let go of what it froze (the host no worse than it was found).
+            self._thaw()
             return self._interrupted(first, exc)
         # Check mode changed nothing: the GPUs are as the first survey found them.
         return self._result(first, first if self.actor.recording else last)
@@ -599,7 +601,7 @@ class Ladder(object):
                 action = self._signal(holder, signal.SIGSTOP)
                 if action.changed:
                     holder['state'] = 'stopped'
-                    self.frozen.add((holder['pid'], holder['start_time']))
+                    self.frozen[(holder['pid'], holder['start_time'])] = holder
                     frozen.append(holder)
             fresh = [p for p in self.respawns.new_descendants(entry) if p not in seen]
             seen.update(fresh)
@@ -620,15 +622,18 @@ class Ladder(object):
         """Respawners still to be ended when the passes ran out are named, not ended, and what it
         froze is let go (SIGCONT): the host is left as it was found."""
         for target in self.respawn_targets:
-            key = (target['pid'], target['start_time'])
-            if key in self.killed:
-                continue
-            if key in self.frozen:
-                self._signal(target, signal.SIGCONT)
-            if target['kind'] == 'respawner':
+            if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
                 self.respawners.append(dict(target, reason='the passes ran out before it was ended',
                                             respawned='see actions'))
         self.respawn_targets = []
+        self._thaw()
+
+    def _thaw(self):
+        """SIGCONT to what the ladder froze and has not let go since, the last frozen first."""
+        for key, holder in reversed(list(self.frozen.items())):
+            if key not in self.killed:
+                self._signal(holder, signal.SIGCONT)
+        self.frozen = {}
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -651,6 +656,7 @@ class Ladder(object):
             for holder, action in terms:
                 if action.changed and holder['state'] == 'stopped':
                     self._signal(holder, signal.SIGCONT)
+                    self.frozen.pop((holder['pid'], holder['start_time']), None)
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say), and a traced stopped one cannot act on it:
             # waiting out the grace for them frees nothing.

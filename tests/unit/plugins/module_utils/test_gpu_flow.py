@@ -424,6 +424,7 @@ class Host(ScriptedSurveyor):
         self.programs = kwargs.pop('programs', {})
         self.exits_with = kwargs.pop('exits_with', {})
         self.starts_after = kwargs.pop('starts_after', {})
+        self.late = kwargs.pop('late', {})    # pid -> how many descendants() calls it is not seen
         self.reads = []
         ScriptedSurveyor.__init__(self, *script, **kwargs)
 
@@ -451,10 +452,12 @@ class Host(ScriptedSurveyor):
         return self.peek(pid)._replace(protected=reason is not None)
 
     def descendants(self, pid):
+        self.late = dict((p, n - 1) for p, n in self.late.items())
         found, queue = {}, [pid]
         while queue:
             parent = queue.pop(0)
-            for child in sorted(p for p in self.table if self.live(p) and self.table[p].ppid == parent):
+            for child in sorted(p for p in self.table if self.live(p) and self.table[p].ppid == parent
+                                and self.late.get(p, -1) < 0):
                 found[child] = parent
                 queue.append(child)
         return found
@@ -602,7 +605,7 @@ def test_what_was_frozen_is_let_go_and_named_when_the_passes_run_out():
     host = Host(actor, held_under(50), free(), table=loop_table(retitled),
                 programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
     result = ladder(host, actor, passes=0).run()
-    assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 50), ('SIGCONT', 12)]
+    assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
     assert result['free'] is False
     assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
     assert 'the passes ran out' in result['msg']
@@ -618,3 +621,15 @@ def test_the_ladder_reads_only_listed_processes_but_every_one_before_a_reset_and
     surveyor = ScriptedSurveyor(leak)
     ladder(surveyor, ScriptedActor(), peers=True).run()
     assert surveyor.full_asked and set(surveyor.full_asked) == {True}
+
+
+def test_what_was_frozen_is_let_go_when_the_driver_stops_answering_after_it():
+    actor = ScriptedActor()
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    # PID 12 shows only at the settle window's second look: the freeze comes from there, and the
+    # look after it finds the driver hung
+    host = Host(actor, held_under(50), free(), NvmlTimeout('NVML hung'), table=loop_table(retitled),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10}, late={12: 2})
+    result = ladder(host, actor).run()
+    assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
+    assert result['free'] is False and 'NVML hung' in result['msg']
