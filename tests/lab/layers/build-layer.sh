@@ -25,7 +25,7 @@ build_layer() {
     if ((force == 0)) && _layer_current; then
         return 0
     fi
-    exec 9>"$cache/.build-$name.lock"
+    exec 9>"$cache/.build-${name%-bookworm}.lock"   # podman: the lock name build-podman-layer always took
     flock 9
     if ((force == 0)) && _layer_current; then
         return 0
@@ -43,7 +43,7 @@ build_layer() {
     mount -t proc proc "$merged/proc"
     mount --bind /dev "$merged/dev"
     echo "build-$name: apt-get install $packages into $tmp (once; about a minute)" >&2
-    local start=$SECONDS log=$cache/$name.log
+    local start=$SECONDS log=$cache/${name%-bookworm}-layer.log
     # The controller's resolver, for apt inside the chroot only (the node gets its own at boot).
     cp /etc/resolv.conf "$merged/etc/resolv.conf"
     # policy-rc.d: no package starts a daemon in the chroot (the node's systemd starts them).
