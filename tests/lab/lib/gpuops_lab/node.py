@@ -13,6 +13,8 @@ from . import payload, paths, proc, ssh
 
 # Where a node with docker sees the lab's base tree (read-only), to import images from.
 BASE_IN_NODE = "/opt/gpuops-lab-base"
+# Where it has a directory on the controller's disk (not an overlayfs) for docker and LXC.
+DISK_IN_NODE = "/var/lib/gpuops-lab-disk"
 
 
 class LabError(Exception):
@@ -140,12 +142,14 @@ def boot(record):
         # The base tree, read-only, for images made offline in the node (`docker import`):
         # the tree the node's overlay already keeps mounted, so build-base keeps it too.
         argv.append(f"--bind-ro={os.path.realpath(paths.BASE)}:{BASE_IN_NODE}")
-        # docker's data on the controller's own file system, beside the node's layer: its
-        # overlay2 driver then works (the node's / is an overlayfs, where it would need vfs,
-        # which copies the whole image for every container: 27 s for the base tree here).
-        data = os.path.join(paths.node_dir(record["name"]), "docker")
-        os.makedirs(data, exist_ok=True)
-        argv.append(f"--bind={data}:/var/lib/docker")
+        # A directory on the controller's own file system, beside the node's layer, for
+        # docker's data (daemon.json's data-root) and LXC guests' trees: overlay mounts work
+        # there (the node's / is an overlayfs, which cannot be an overlay's upper layer; docker
+        # would need vfs, which copies the whole image for every container: 27 s for the
+        # base tree here).
+        disk = os.path.join(paths.node_dir(record["name"]), "disk")
+        os.makedirs(disk, exist_ok=True)
+        argv.append(f"--bind={disk}:{DISK_IN_NODE}")
         # dockerd brings the loopback up in the network namespace of every sandbox, the
         # host's too (--network host): without CAP_NET_ADMIN each `docker run` fails with
         # "failed to create default sandbox: operation not permitted". daemon.json keeps it
