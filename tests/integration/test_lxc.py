@@ -1,20 +1,23 @@
 """A holder in a real LXC guest (Debian's lxc 5.0, `lxc-start` inside a lab node booted with
-LAB_RUNTIMES=1), seen from the host around it: the node, where the guest's processes sit
-under /lxc.payload.NAME.
+LAB_RUNTIMES=1), seen from the host around it (the node, where the guest's processes sit
+under /lxc.payload.NAME) and from inside, where the modules run over SSH as in the seeds.
 
 The guest boots systemd from the lab's base tree (an overlay over the read-only base the node
 has at /opt/gpuops-lab-base, its upper layer on the node's disk directory), shares the
-node's network (lxc.net.0.type = none) with its sshd masked (it would listen on [::]:22 of
-the controller's network), and gets the stand-in driver's device files, config, state and
+node's network (lxc.net.0.type = none) with its sshd masked until it is told to listen on the
+lab's own base address only, 127.0.0.LAB_ADDR_BASE, which no node of any lab takes (unmasked
+as it comes, it listens on [::]:22 of the controller's network), and gets the stand-in driver's device files, config, state and
 library bind-mounted from the node, so a process in it holds stand-in memory as a node
 process does.
 """
 
+import os
 import re
 
 import pytest
 
 from . import scenarios as sc
+from .conftest import Lab
 
 FAST = {"term_timeout": 1.5, "release_timeout": 5, "nvml_timeout": 5}
 GUEST = "gpuops-t-lxc"
@@ -46,6 +49,11 @@ START_GUEST = (
     "lxc-info -n %(guest)s -s | grep -q RUNNING || lxc-start -n %(guest)s; "
     "lxc-wait -n %(guest)s -s RUNNING -t 30")
 GUEST_UP = ("lxc-attach -n %s -- systemctl is-system-running 2>/dev/null | grep -qE '^(running|degraded)$'" % GUEST)
+
+
+# The lab's base address: nodes are base + 1..20, so no node of this or another lab (bases at
+# least 20 apart) listens there.
+GUEST_IP = "127.0.0.%d" % int(os.environ.get("LAB_ADDR_BASE", "10"))
 
 
 def in_guest(cmd):
@@ -129,5 +137,43 @@ def test_a_restarting_guest_unit_is_named_with_the_command_that_stops_it(lab, gn
 
     sc.wait_until(lab, gnode, "[ -z \"$(pgrep -x sglang-guest)\" ]", "the guest unit's holder gone")
     again = lab.module(gnode, "gpuops.reclaim.gpu_holders", {"gpus": ["7"]})
+    assert again["free"] is True and again["holders"] == []
+    assert "RUNNING" in lab.exec(gnode, "lxc-info -n %s -s" % GUEST).stdout
+
+
+@pytest.fixture(scope="module")
+def guest_over_ssh(lab, guest_node, tmp_path_factory):
+    """A Lab handle whose one host is the guest itself, reached over SSH at GUEST_IP with the
+    lab's key: the seeds' layout, the modules running inside the guest."""
+    if lab.exec(guest_node, "ss -Hltn 'sport = :22' | grep -qF ' %s:22 '" % GUEST_IP, check=False).returncode == 0:
+        pytest.skip("something already listens on %s:22; the guest's sshd needs that address" % GUEST_IP)
+    lab.exec(guest_node, "set -e; r=%s/rootfs; mkdir -p $r/etc/ssh/sshd_config.d $r/root/.ssh; "
+                         "echo 'ListenAddress %s' > $r/etc/ssh/sshd_config.d/20-gpuops-lab-listen.conf; "
+                         "install -m 600 /root/.ssh/authorized_keys $r/root/.ssh/authorized_keys; "
+                         "%s; %s" % (DIR, GUEST_IP, in_guest("systemctl unmask --quiet ssh.service"),
+                                     in_guest("systemctl start ssh.service")), timeout=120)
+    with open(lab.inventory) as f:
+        text = f.read()
+    inventory = tmp_path_factory.mktemp("guest") / "inventory.ini"
+    inventory.write_text(text.replace("[gpu_nodes]\n", "[gpu_nodes]\n%s ansible_host=%s\n" % (GUEST, GUEST_IP), 1))
+    yield Lab([GUEST], str(inventory), lab.gpus)
+    lab.exec(guest_node, in_guest("sh -c 'systemctl stop ssh.service; systemctl mask --quiet ssh.service'"),
+             timeout=120)
+
+
+def test_the_modules_inside_the_guest_free_a_holder_there(lab, gnode, guest_over_ssh):
+    """The seeds' layout: gpu_reclaim run inside the guest over SSH stops the guest's own
+    Restart=always unit (a unit of the host it runs on) and frees the GPU, the guest running on."""
+    pid = start_guest_unit(lab, gnode, 6, 700)
+
+    result = guest_over_ssh.module(GUEST, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["6"]))
+
+    assert not result.get("failed"), result.get("msg", result)
+    assert [(a["unit"], a["changed"]) for a in result["actions"] if a["step"] == "stop_unit"] == [(UNIT, True)], \
+        result["actions"]
+    assert result["free"] is True
+    assert lab.exec(gnode, in_guest("systemctl is-active %s || true" % UNIT)).stdout.strip() in ("inactive", "failed")
+    assert not sc.identity(lab, gnode, pid)
+    again = lab.module(gnode, "gpuops.reclaim.gpu_holders", {"gpus": ["6"]})
     assert again["free"] is True and again["holders"] == []
     assert "RUNNING" in lab.exec(gnode, "lxc-info -n %s -s" % GUEST).stdout
