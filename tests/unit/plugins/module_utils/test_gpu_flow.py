@@ -632,8 +632,10 @@ def test_a_respawn_beside_a_protected_holder_on_another_gpu_is_still_watched_and
                       [proc(10, name='exits-on-term', fds=CTX, maps=CTX, ppid=50, cmdline='python3 worker.py'), keep])
     kept = survey_of([gpu(0), gpu(1, used=1000, processes=[(20, 1000)])], [keep])
     retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    # the loop pauses before it restarts the worker (0.1-1 s in the soak): PID 12 is not there
+    # while the ladder waits for 10 to end, only in the watch after it
     host = Host(actor, first, kept, table=loop_table(retitled, keep),
-                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10}, late={12: 3})
     result = ladder(host, actor).run()
     assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
     assert not [c for c in sigs(actor) if c[1] == 20], 'the protected holder is never signalled'
@@ -739,7 +741,7 @@ def test_what_was_frozen_is_let_go_when_the_driver_stops_answering_after_it():
     # PID 12 shows only at the settle window's second look: the freeze comes from there, and the
     # look after it finds the driver hung
     host = Host(actor, held_under(50), free(), NvmlTimeout('NVML hung'), table=loop_table(retitled),
-                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10}, late={12: 2})
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
     result = ladder(host, actor).run()
     assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
     assert result['free'] is False and 'NVML hung' in result['msg']
