@@ -741,7 +741,7 @@ def test_what_was_frozen_is_let_go_when_the_driver_stops_answering_after_it():
     # PID 12 shows only at the settle window's second look: the freeze comes from there, and the
     # look after it finds the driver hung
     host = Host(actor, held_under(50), free(), NvmlTimeout('NVML hung'), table=loop_table(retitled),
-                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10}, late={12: 2})
     result = ladder(host, actor).run()
     assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
     assert result['free'] is False and 'NVML hung' in result['msg']
