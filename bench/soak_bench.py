@@ -3,8 +3,9 @@
 usage: bench/run soak [--n N] [--seed S] [--only K[,K...]] [--budget SECONDS] [--kinds a,b]
                       [--batch B] [--keep]
 
-Boots one lab node (the private lab of LAB_STATE/LAB_RUN/LAB_ADDR_BASE when set, else
-/var/lib/gpuops-lab-bench at base 200; with podman when LAB_CONTAINERS=1), copies the
+Boots --nodes lab nodes (the private lab of LAB_STATE/LAB_RUN/LAB_ADDR_BASE when set, else
+/var/lib/gpuops-lab-bench at base 200; with podman when LAB_CONTAINERS=1; with docker,
+supervisord, runit and lxc when LAB_RUNTIMES=1), copies the
 collection's plugins and ansible-core's module_utils to it, and runs N trials. Trial K of seed
 S is always the same shape (random.Random("S-K")): a few parts, each on its own GPU, drawn from
 KINDS below, and gpu_reclaim's arguments. The node (bench/soak_node.py) builds the shape, runs
@@ -574,8 +575,9 @@ def main():
     only = [int(k) for k in args.only.split(",")] if args.only else None
     for key, value in LAB_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    bl.log("lab up %d (LAB_STATE=%s LAB_ADDR_BASE=%s LAB_CONTAINERS=%s)" % (
-        args.nodes, os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"], os.environ.get("LAB_CONTAINERS", "")))
+    bl.log("lab up %d (LAB_STATE=%s LAB_ADDR_BASE=%s LAB_CONTAINERS=%s LAB_RUNTIMES=%s)" % (
+        args.nodes, os.environ["LAB_STATE"], os.environ["LAB_ADDR_BASE"], os.environ.get("LAB_CONTAINERS", ""),
+        os.environ.get("LAB_RUNTIMES", "")))
     # The code the nodes run is this checkout as it is now (install copies it): name it now.
     args.commit = subprocess.run(["git", "-C", bl.REPO, "describe", "--always", "--dirty"], capture_output=True,
                                  text=True, check=False).stdout.strip()
