@@ -279,8 +279,8 @@ COUNTED = ("wrong_kill", "early_free", "unfreed", "not_ended", "wrong_reason", "
 def lab(*args, timeout=900, stdin=None):
     run = subprocess.run([LAB] + list(args), input=stdin, capture_output=True, timeout=timeout, check=False)
     if run.returncode != 0:
-        raise SystemExit("lab %s failed (rc %d):\n%s\n%s" % (" ".join(args[:2]), run.returncode,
-                                                              run.stdout.decode()[-2000:], run.stderr.decode()[-2000:]))
+        raise SystemExit("lab %s failed (rc %d):\n%s\n%s" % (
+            " ".join(args[:2]), run.returncode, run.stdout.decode()[-2000:], run.stderr.decode()[-2000:]))
     return run.stdout.decode()
 
 
