@@ -124,7 +124,7 @@ def shape(seed, trial, kinds, offered=("podman", "supervisord", "runit")):
     host = "guest" in kinds and rng.random() < GUEST_SHARE
     drawn = [k for k in kinds if k != "guest" and (k in GUEST_PARTS or not host)]
     parts = []
-    for _ in range(rng.randint(1, 4)):
+    for _part in range(rng.randint(1, 4)):
         kind = rng.choices(drawn, [WEIGHTS[k] for k in drawn])[0]
         if kind == "container" and any(p["kind"] == "container" for p in parts):
             kind = "plain"      # one container a trial: podman on vfs is the slowest part

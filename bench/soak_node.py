@@ -244,7 +244,7 @@ def build_supervised(name, part, gpus):
     unit = "supervisor.service" if part["supervisor"] == "supervisord" else "runit.service"
     sh("systemctl start %s" % unit, timeout=60)   # a trial before may have stopped it
     if part["supervisor"] == "supervisord":
-        wait_for(lambda: subprocess.run(["supervisorctl", "pid"], capture_output=True).returncode == 0,
+        wait_for(lambda: subprocess.run(["supervisorctl", "pid"], capture_output=True, check=False).returncode == 0,
                  "supervisord answering")
         with open("/etc/supervisor/conf.d/%s.conf" % (PREFIX + name), "w") as handle:
             handle.write("[program:%s]\ncommand=%s\nautorestart=true\nstartsecs=1\n"
@@ -269,7 +269,7 @@ def build_supervised(name, part, gpus):
 
 def end_supervised():
     """Remove every soak-* program from both supervisors (they stop them), bounded."""
-    confs = [f for f in os.listdir("/etc/supervisor/conf.d")] if os.path.isdir("/etc/supervisor/conf.d") else []
+    confs = os.listdir("/etc/supervisor/conf.d") if os.path.isdir("/etc/supervisor/conf.d") else []
     mine = [f for f in confs if f.startswith(PREFIX)]
     for conf in mine:
         os.unlink("/etc/supervisor/conf.d/" + conf)
@@ -460,7 +460,7 @@ def run_module(args):
     started = time.monotonic()
     try:
         run = subprocess.run([sys.executable, "-m", MODULE, path], cwd="/", stdin=subprocess.DEVNULL,
-                             capture_output=True, text=True, timeout=MODULE_S,
+                             capture_output=True, text=True, timeout=MODULE_S, check=False,
                              env=dict(os.environ, PYTHONPATH=TREE))
     except subprocess.TimeoutExpired:
         return {"failed": True, "msg": "soak: gpu_reclaim ran past %d s" % MODULE_S, "soak_timeout": True}, \

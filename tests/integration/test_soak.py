@@ -15,8 +15,6 @@ import os
 import sys
 import time
 
-import pytest
-
 from .conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
