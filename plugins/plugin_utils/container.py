@@ -103,3 +103,64 @@ def container_run(opts):
     if extra:
         groups.append(list(extra))
     return groups
+
+
+# A container runtime's scope for one container (systemd cgroup driver), as the port's owner shows it.
+_RUNTIME_SCOPE = re.compile(r"^(docker|libpod)-([0-9a-f]{64})\.scope$")
+_SCOPE_RUNTIME = {"docker": "docker", "libpod": "podman"}
+
+
+def container_takeover(takeover, port_owners, holders):
+    """Split the hand-started servers to adopt into those in a docker or podman container and the rest.
+
+    takeover: server_takeover's result; port_owners: port_owner.py's owners; holders: gpu_holders'
+    holders (each with its cgroup `owner`). A container is known only from a GPU holder's owner
+    (gpu_holders reads it from the cgroup and the runtime confirms it: `confirmed` false or not yet
+    asked leaves it out); a port owner in a runtime's scope belongs to it when the scope names the same container.
+    Such a server is stopped through its runtime, never signalled or moved into a scope (its
+    restart policy would start it again), and never removed.
+
+    Returns takeover with 'adopt' less the containers' processes, 'containers':
+    [{runtime, id, name, pids, why}], and a port owner in a container that holds none of the
+    server's GPUs moved to 'refuse' (nothing confirms which container it is).
+    """
+    containers, by_pid = {}, {}
+    for holder in holders or []:
+        owner = holder.get("owner") or {}
+        if owner.get("kind") != "container" or owner.get("runtime") not in ("docker", "podman"):
+            continue
+        # gpu_holders says whether the runtime confirmed the container (sec-owner's `confirmed`);
+        # an owner without the field (a collection before it) named the container from `inspect`.
+        if not owner.get("id") or owner.get("confirmed", True) is not True:
+            continue
+        by_pid[holder["pid"]] = owner
+    scope_of = {}
+    for proc in port_owners or []:
+        found = _RUNTIME_SCOPE.match(proc.get("unit") or "")
+        if found:
+            scope_of[proc["pid"]] = (_SCOPE_RUNTIME[found.group(1)], found.group(2))
+    known = dict(((o["runtime"], o["id"]), o) for o in by_pid.values())
+    result = dict(takeover, adopt=[], containers=[], refuse=list(takeover.get("refuse") or []))
+    for entry in takeover.get("adopt") or []:
+        owner = by_pid.get(entry["pid"])
+        if owner is None and entry["pid"] in scope_of:
+            owner = known.get(scope_of[entry["pid"]])
+            if owner is None:
+                runtime, cid = scope_of[entry["pid"]]
+                result["refuse"].append(
+                    "the port is taken by PID %s (%s) in %s container %s, which holds none of the server's GPUs"
+                    % (entry["pid"], entry.get("name"), runtime, cid[:12]))
+                continue
+        if owner is None:
+            result["adopt"].append(entry)
+            continue
+        key = (owner["runtime"], owner["id"])
+        if key not in containers:
+            containers[key] = {"runtime": owner["runtime"], "id": owner["id"], "name": owner.get("name"),
+                               "pids": [], "why": []}
+            result["containers"].append(containers[key])
+        containers[key]["pids"].append(entry["pid"])
+        containers[key]["why"].append("PID %s %s" % (entry["pid"], entry.get("why")))
+    for item in result["containers"]:
+        item["why"] = ", ".join(item["why"])
+    return result

@@ -97,3 +97,53 @@ def test_bad_input_is_refused_naming_it(over, says):
     with pytest.raises(AnsibleFilterError) as err:
         container_run(opts(**over))
     assert says in str(err.value)
+
+
+container_takeover = _load("gpuops_container_t", "plugins/plugin_utils/container.py").container_takeover
+CID = "a" * 64
+OTHER = "b" * 64
+
+
+def holder(pid, owner):
+    return {"pid": pid, "gpus": ["0"], "owner": owner}
+
+
+def ctr(cid=CID, runtime="podman", **more):
+    return dict({"kind": "container", "runtime": runtime, "id": cid, "name": "sglang", "unit": "libpod-%s.scope" % cid}, **more)
+
+
+def test_a_hand_started_container_is_adopted_through_its_runtime_not_signalled():
+    takeover = {"ours": [], "refuse": [], "strays": [],
+                "adopt": [{"pid": 10, "why": "listens on the port"}, {"pid": 11, "why": "holds GPU 0"},
+                          {"pid": 12, "why": "holds GPU 1"}]}
+    owners = [{"pid": 10, "unit": "libpod-%s.scope" % CID}]
+    holders = [holder(11, ctr()), holder(12, {"kind": "scope", "unit": "session-3.scope"})]
+    out = container_takeover(takeover, owners, holders)
+    # The launcher (port only) and the rank (GPU) are one container; the session's process stays with adopt.py.
+    assert out["containers"] == [{"runtime": "podman", "id": CID, "name": "sglang", "pids": [10, 11],
+                                  "why": "PID 10 listens on the port, PID 11 holds GPU 0"}]
+    assert [e["pid"] for e in out["adopt"]] == [12]
+    assert out["refuse"] == []
+
+
+def test_a_container_the_runtime_did_not_confirm_is_not_taken_for_one():
+    takeover = {"ours": [], "refuse": [], "strays": [], "adopt": [{"pid": 11, "why": "holds GPU 0"}]}
+    for confirmed in (False, None):
+        out = container_takeover(takeover, [], [holder(11, ctr(confirmed=confirmed))])
+        assert out["containers"] == [] and [e["pid"] for e in out["adopt"]] == [11]
+    assert container_takeover(takeover, [], [holder(11, ctr(confirmed=True))])["containers"][0]["pids"] == [11]
+
+
+def test_a_port_owner_in_a_container_holding_no_gpu_of_the_server_is_refused():
+    takeover = {"ours": [], "refuse": [], "strays": [], "adopt": [{"pid": 10, "name": "python3", "why": "listens on the port"}]}
+    owners = [{"pid": 10, "unit": "docker-%s.scope" % OTHER}]
+    out = container_takeover(takeover, owners, [holder(11, ctr())])
+    assert out["adopt"] == [] and out["containers"] == []
+    assert out["refuse"] == ["the port is taken by PID 10 (python3) in docker container bbbbbbbbbbbb, "
+                             "which holds none of the server's GPUs"]
+
+
+def test_other_runtimes_and_kinds_are_left_to_the_existing_paths():
+    takeover = {"ours": [], "refuse": [], "strays": [], "adopt": [{"pid": 11, "why": "holds GPU 0"}]}
+    out = container_takeover(takeover, [], [holder(11, ctr(runtime="cri-o"))])
+    assert out["containers"] == [] and [e["pid"] for e in out["adopt"]] == [11]
