@@ -583,7 +583,7 @@ def s10_container_init(ctx):
               not _advises_reset([res.get('msg') or ''] + list(seen.get('diagnosis') or [])), hard=False)
 
 
-# --- 11 ---------------------------------------------------------------------------------------------------
+# --- 12 ---------------------------------------------------------------------------------------------------
 
 RANK_SHAPES = ((24, 1024), (8, 12288))   # (processes, MiB each): many small ranks; a TP-8 server's shape
 
@@ -608,7 +608,7 @@ def _blind_kill_to_free(ctx, pids, timeout=30):
         return round(time.perf_counter() - t0, 3) if ok else None
 
 
-def s11_many_ranks(ctx):
+def s12_many_ranks(ctx):
     """Many ranks on one GPU, all ignoring SIGTERM: the driver tears their contexts down one after
     another, so the floor is a blind SIGKILL of all of them at once, measured here in the same run.
     gpu_reclaim's times come from its action log, from the ladder's start (module import and
@@ -617,14 +617,14 @@ def s11_many_ranks(ctx):
     Ratios to the floor are recorded, never asserted."""
     for count, mib in RANK_SHAPES:
         key = '%dx%d' % (count, mib)
-        pids = _start_ranks(ctx, count, mib, 's11b%d' % count)
+        pids = _start_ranks(ctx, count, mib, 's12b%d' % count)
         blind = _blind_kill_to_free(ctx, pids)
         ctx.num('blind_sigkill_to_free_s_%s' % key, blind)
         ctx.check('%s: a blind SIGKILL of all frees GPU 0' % key, blind is not None)
         gone, _unused = wait_for(lambda: not [p for p in pids if alive(p)], 10)
         ctx.check('%s: every blind-killed rank is gone' % key, gone)
 
-        pids = _start_ranks(ctx, count, mib, 's11r%d' % count)
+        pids = _start_ranks(ctx, count, mib, 's12r%d' % count)
         call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0], term_timeout=10))
         acts = res.get('actions') or []
         signals = [a for a in acts if a.get('step') in ('sigterm', 'sigkill')]
@@ -674,8 +674,8 @@ SCENARIOS = [
      s9_stopped_holder, 90, True, 1),
     ('s10', 'container-style holder: PID 1 of its own PID namespace (unshare --pid --fork), no runtime',
      s10_container_init, 90, True, 1),
-    ('s11', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
-     'SIGKILL of all, the driver\'s floor', s11_many_ranks, 180, True, 1),
+    ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
+     'SIGKILL of all, the driver\'s floor', s12_many_ranks, 180, True, 1),
 ]
 
 __all__ = ['SCENARIOS', 'StepError']
