@@ -41,8 +41,13 @@ collection-link:
 	mkdir -p $(dir $(COLL_LINK))
 	ln -sfn $(CURDIR) $(COLL_LINK)
 
+# Each pytest stage keeps its log under $(SKIP_DIR); pytest -rsx puts a line for every skip
+# (with its reason) and expected failure in it, and `make test` prints them all at its end.
+SKIP_DIR := .build/skips
+
 unit: venv fakegpu collection-link
-	$(VPY) -m pytest -q tests/unit
+	mkdir -p $(SKIP_DIR)
+	$(VPY) -m pytest -q -rsx tests/unit 2>&1 | tee $(SKIP_DIR)/unit.log
 
 # Sanity once per ansible-core version claimed: the pinned one in .venv (2.19) and the
 # oldest (tests/sanity/requirements-oldest.txt, 2.16) in a venv of its own; each version
@@ -82,8 +87,9 @@ CONTAINER_LAB = LAB_CONTAINERS=1 LAB_NODES=1 \
 	LAB_ADDR_BASE=$${LAB_CONTAINERS_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 40 ))}
 
 lab-test: venv host-deps fakegpu collection-link
-	$(VPY) -m pytest -q tests/integration
-	$(CONTAINER_LAB) $(VPY) -m pytest -q tests/integration/test_containers.py
+	mkdir -p $(SKIP_DIR)
+	$(VPY) -m pytest -q -rsx tests/integration 2>&1 | tee $(SKIP_DIR)/lab-test.log
+	$(CONTAINER_LAB) $(VPY) -m pytest -q -rsx tests/integration/test_containers.py 2>&1 | tee $(SKIP_DIR)/lab-test-containers.log
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared
 # extensions/molecule/config.yml; the default scenario boots the lab once for all.
@@ -93,12 +99,15 @@ molecule: venv host-deps fakegpu collection-link
 	LAB_CONTAINERS=1 $(VBIN)/molecule test --all
 
 test: venv host-deps fakegpu collection-link
+	rm -rf $(SKIP_DIR)
 	$(MAKE) unit
 	$(MAKE) sanity
 	$(MAKE) lint
 	$(MAKE) build
 	$(MAKE) lab-test
 	$(MAKE) molecule
+	@echo "== what did not run, or was expected to fail (pytest -rsx of each pytest stage) =="
+	@grep -hE '^(SKIPPED|XFAIL|XPASS)' $(SKIP_DIR)/*.log || echo "nothing: every collected test ran"
 
 demo: venv host-deps fakegpu collection-link
 	tests/demo/run

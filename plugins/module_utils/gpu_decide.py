@@ -508,24 +508,42 @@ def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), pee
     for holder in holders:
         if not peers.holder_gpus(holder, peers_too) & selected or holder['pid'] in spared_pids:
             continue
-        reason = skip_reason(holder, match_patterns)
-        if reason:
-            left.append(dict(holder, reason=reason))
+        code = skip_code(holder, match_patterns)
+        if code:
+            left.append(dict(holder, reason=skip_sentence(holder, code), reason_code=code))
         else:
             targets.append(holder)
     return targets, left
 
 
-def skip_reason(holder, match_patterns):
+# Why a holder stays on a GPU, as the `remaining` entries' reason_code (gpu_reclaim's RETURN):
+# the first four from skip_code, the rest from gpu_flow's report.
+INIT, PROTECTED, ZOMBIE, UNMATCHED = 'init', 'protected', 'zombie', 'unmatched'
+SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = 'survived', 'peer_memory', 'device_open', 'respawns'
+
+
+def skip_code(holder, match_patterns):
+    """Why the ladder leaves this holder alone (a reason code), or None when it is a target."""
     if holder['pid'] <= 1:
-        return 'PID %d is never signalled' % holder['pid']
+        return INIT
     if holder['protected']:
-        return 'protected: %s' % holder['protected_reason']
+        return PROTECTED
     if holder['state'] == 'zombie':
-        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], holder['parent_name'])
+        return ZOMBIE
     if not holder_matches(holder, match_patterns):
-        return 'does not match the match filter'
+        return UNMATCHED
     return None
+
+
+def skip_sentence(holder, code):
+    """The `reason` sentence for a skip_code."""
+    if code == INIT:
+        return 'PID %d is never signalled' % holder['pid']
+    if code == PROTECTED:
+        return 'protected: %s' % holder['protected_reason']
+    if code == ZOMBIE:
+        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], holder['parent_name'])
+    return 'does not match the match filter'
 
 
 def containers_to_stop(holders, selected, match_patterns, protected_ids=frozenset()):
@@ -683,13 +701,20 @@ def next_lever(holder):
     if holder['state'] == 'zombie':
         return 'stop or restart its parent PID %s (%s), which must reap it' % (
             holder['ppid'], holder.get('parent_name') or 'unknown')
-    if holder.get('reason') == 'does not match the match filter':
+    if holder.get('reason_code') == UNMATCHED:
         return 'it does not match `match`: widen the filter or stop it yourself'
     if said:
         return said
     if holder['unit'] and holder.get('unit_restart') not in (None, 'no'):
         return 'its unit %s restarts it (Restart=%s): use stop_units: true or `systemctl stop %s`' % (
             holder['unit'], holder['unit_restart'], holder['unit'])
+    if holder['state'] == 'tracing-stop' and holder.get('tracer_pid'):
+        # Measured on the lab's 6.18 kernel: a traced process SIGKILLed stops in its exit
+        # (ptrace_stop from do_exit, PTRACE_EVENT_EXIT), its fds and memory still held, until
+        # its tracer resumes it; a stopped strace never does. Continuing the tracer ends it.
+        return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
+                'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
+                % (holder['tracer_pid'], holder.get('tracer_name') or 'unknown', holder['tracer_pid']))
     return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
 
 

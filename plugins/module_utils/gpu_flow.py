@@ -803,7 +803,7 @@ class Ladder(object):
         if not last.free:
             targets, left = decide.plan_targets(last.holders, last.selected, self.match, last.spared_pids,
                                                 self.peers)
-            remaining = left + [dict(t, reason='survived the ladder') for t in targets]
+            remaining = left + [dict(t, reason='survived the ladder', reason_code=decide.SURVIVED) for t in targets]
             held = set(row['index'] for row in last.rows if not row['free'])
             seen = set(h['pid'] for h in remaining) | last.spared_pids
             # Handles on a GPU still held block its reset; name them, never signal them. A peer
@@ -814,11 +814,12 @@ class Ladder(object):
                 peer_held = sorted(held & set(h['peer_gpus']))
                 if peer_held:
                     remaining.append(dict(h, reason='maps peer memory of GPU %s' % ','.join(
-                        str(i) for i in peer_held), lever=gpu_peers.peer_lever(h, peer_held[0])))
+                        str(i) for i in peer_held), lever=gpu_peers.peer_lever(h, peer_held[0]),
+                        reason_code=decide.PEER_MEMORY))
                 else:
-                    remaining.append(dict(h, reason='has the device open (blocks a reset)'))
+                    remaining.append(dict(h, reason='has the device open (blocks a reset)', reason_code=decide.DEVICE_OPEN))
         for parent in self.respawners:
-            remaining.append(dict((k, v) for k, v in parent.items() if k != 'respawned'))
+            remaining.append(dict(((k, v) for k, v in parent.items() if k != 'respawned'), reason_code=decide.RESPAWNS))
         result.update({
             'after': last.rows,
             'free': last.free and not self.respawners,

@@ -332,6 +332,12 @@ remaining:
   description:
     - Holders left on the selected GPUs, each with a C(reason), and each live parent that kept
       respawning holders and was not ended (C(kind) C(respawner)).
+    - Each also carries C(reason_code), why it is left, for callers and tests to read instead of
+      the sentence. C(init) PID 1 or below; C(protected) (its C(protected_reason) says why);
+      C(zombie) its parent must reap it; C(unmatched) outside O(match); C(survived) a target
+      still alive after the ladder; C(peer_memory) maps peer memory of a GPU still held (its
+      C(lever) says what to do); C(device_open) a handle on a GPU still held (blocks a reset);
+      C(respawns) a parent that kept respawning holders.
   returned: always
   type: list
   elements: dict

@@ -1,12 +1,14 @@
 """The collection's scenarios against real NVIDIA GPUs, through Ansible as a user runs it.
 
 Run it through tests/gpu/run (which installs the carried wheels first). It writes
-gpu_report.json and gpu_report.txt under --out, always, and exits 0 when every scenario that ran
-passed, 1 when one failed, 2 when the machine cannot run the suite at all.
+gpu_report.json and gpu_report.txt under --out, always, and exits 0 (PASS) when every scenario
+ran and passed, 3 (PARTIAL) when every one that ran passed but one was skipped or left out, 1
+(FAIL) when one failed, 2 when the machine cannot run the suite at all (see `verdict`).
 
 Rules it keeps: it never resets or reconfigures a GPU (reset only in check mode); it signals only
 processes it started (each carries GPURT_RUN=<run id> in its environment and the run id in its
-command line, and the modules get `match: [<run id>]`); this runner never creates a CUDA context
+command line, and the modules get `match: [<run id>]`, except one scenario, s11, that runs only
+when every process holding a GPU context is the run's own); this runner never creates a CUDA context
 itself (it reads the driver through pynvml only), so it holds no GPU memory.
 """
 import argparse
@@ -498,16 +500,14 @@ class Suite(object):
                  'notes': [], 'ansible_calls': []}
         self.report['scenarios'].append(entry)
         if len(self.test_gpus) < needs_gpus:
-            entry['status'] = 'skip'
-            entry['notes'].append('needs %d GPUs, %d usable' % (needs_gpus, len(self.test_gpus)))
+            skip(entry, 'needs %d GPUs, %d usable' % (needs_gpus, len(self.test_gpus)))
             return
         if needs_ansible and not self.has_ansible:
             entry['status'] = 'error'
             entry['error'] = 'ansible-core cannot run here (see preflight.ansible)'
             return
         if self.left() < 20:
-            entry['status'] = 'skip'
-            entry['notes'].append('suite time budget spent (%.0f s left)' % self.left())
+            skip(entry, 'suite time budget spent (%.0f s left)' % self.left())
             return
         started = time.monotonic()
         ctx = Ctx(self, entry)
@@ -515,8 +515,7 @@ class Suite(object):
             with time_limit(min(limit, self.left() - 10)):
                 fn(ctx)
         except Skip as exc:
-            entry['status'] = 'skip'
-            entry['notes'].append('skipped: %s' % exc)
+            skip(entry, str(exc))
         except TimeUp as exc:
             entry['status'] = 'error'
             entry['error'] = 'scenario ran out of time: %s' % exc
@@ -548,6 +547,30 @@ class Suite(object):
         except BaseException as exc:  # pylint: disable=broad-except
             self.report['final_cleanup'] = {'error': repr(exc)}
         shutil.rmtree(self.work, ignore_errors=True)
+
+
+def skip(entry, why):
+    """Mark a scenario skipped, saying why (the report's PARTIAL line names it with this)."""
+    entry['status'] = 'skip'
+    entry['skip_reason'] = why
+    entry['notes'].append('skipped: %s' % why)
+
+
+def verdict(scenarios, not_selected=(), broke=False):
+    """The report's (result, summary, exit code) from the scenarios' entries.
+
+    FAIL (exit 1): a scenario failed or broke, or the suite itself broke. PARTIAL (exit 3):
+    every scenario that ran passed, but one was skipped or left out by --only (or none ran);
+    the summary names each with why. PASS (exit 0): every scenario ran and passed.
+    """
+    summary = ', '.join('%s=%s' % (s['name'], s['status']) for s in scenarios)
+    if broke or any(s['status'] not in ('pass', 'skip') for s in scenarios):
+        return 'FAIL', summary, 1
+    missing = ['%s (%s)' % (s['name'], s.get('skip_reason') or 'skipped') for s in scenarios if s['status'] == 'skip']
+    missing += ['%s (not in --only)' % name for name in not_selected]
+    if missing or not scenarios:
+        return 'PARTIAL', '%s; did not run: %s' % (summary, ', '.join(missing) or 'any scenario'), 3
+    return 'PASS', summary, 0
 
 
 class Ctx(object):
@@ -665,14 +688,21 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _terminated)
     report = suite.report
     exit_code = 0
+    names = [row[0] for row in SCENARIOS]
+    wanted = set(x.strip() for x in args.only.split(',') if x.strip())
+    not_selected = [name for name in names if wanted and name not in wanted]
     try:
         suite.setup_ansible()
-        if not suite.preflight():
+        if wanted - set(names):
+            report['result'] = 'CANNOT RUN'
+            report['summary'] = '--only names no such scenario: %s (there are %s)' % (
+                ', '.join(sorted(wanted - set(names))), ', '.join(names))
+            exit_code = 2
+        elif not suite.preflight():
             report['result'] = 'CANNOT RUN'
             report['summary'] = '; '.join(report['preflight']['fatal'])
             exit_code = 2
         else:
-            wanted = set(x.strip() for x in args.only.split(',') if x.strip())
             for name, title, fn, limit, needs_ansible, needs_gpus in SCENARIOS:
                 if wanted and name not in wanted:
                     continue
@@ -684,12 +714,9 @@ def main(argv=None):
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         suite.close()
-        states = [s['status'] for s in report['scenarios']]
-        if exit_code == 0 and any(s in ('fail', 'error') for s in states):
-            exit_code = 1
         if 'result' not in report:
-            report['result'] = 'PASS' if exit_code == 0 else 'FAIL'
-            report['summary'] = ', '.join('%s=%s' % (s['name'], s['status']) for s in report['scenarios'])
+            report['result'], report['summary'], exit_code = verdict(
+                report['scenarios'], not_selected, broke=exit_code != 0)
         report['elapsed_s'] = round(time.monotonic() - suite.started, 3)
         report['exit_code'] = exit_code
         write_report(report, args.out)

@@ -9,8 +9,13 @@ Waits poll a condition inside the node with an upper bound; they never sleep a g
 """
 
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
 
 READY_DIR = "/run/gpuops-t"
 SCOPE_PREFIX = "gpuops-t-"
@@ -193,6 +198,64 @@ def _python_scenario(lab, node, name, template, gpu, mib, state_check, what):
     python_in_scope(lab, node, name, template.format(gpu=gpu, mib=mib, ready=ready))
     wait_until(lab, node, "[ -s %s ] && %s" % (ready, state_check.format(ready=ready)), what)
     return [int(pid) for pid in lab.exec(node, "cat %s" % ready).stdout.split()]
+
+
+# --- a real tracer --------------------------------------------------------------------------
+
+STRACE_DIR = "/opt/gpuops-t-strace"     # in the node: bin/strace and the libraries it links
+
+
+def install_strace(lab, node):
+    """Copy the controller's strace (Debian's package, as installed) into the node; returns the
+    node's strace command, or raises LookupError saying why it cannot.
+
+    The lab's base tree (tests/lab/build-base) has no tracer, and adding a package there rebuilds
+    the tree that every lab on the controller shares. The controller runs the same Debian release
+    as the nodes (bookworm), so its strace runs there with the libraries it links (libunwind,
+    which the base tree lacks) beside it: everything `ldd` resolves but the C library and loader,
+    which the node has.
+    """
+    strace = shutil.which("strace")
+    if not strace:
+        raise LookupError("strace is not installed on the controller (apt-get install strace) to copy into the node")
+    linked = subprocess.run(["ldd", strace], capture_output=True, text=True, check=True).stdout
+    libs = [m.group(2) for m in re.finditer(r"^\s*(\S+) => (/\S+)", linked, re.M)
+            if not m.group(1).startswith(("libc.so", "ld-linux"))]
+    with tempfile.TemporaryDirectory(prefix="strace-") as tmp:
+        archive = os.path.join(tmp, "strace.tar.gz")
+        with tarfile.open(archive, "w:gz", dereference=True) as tar:
+            tar.add(strace, arcname="bin/strace")
+            for lib in libs:
+                tar.add(lib, arcname="lib/" + os.path.basename(lib))
+        lab.exec(node, "mkdir -p %s" % STRACE_DIR)
+        result = lab.module(node, "ansible.builtin.unarchive", {"src": archive, "dest": STRACE_DIR})
+        if result.get("failed"):
+            raise AssertionError("copying strace into %s failed: %s" % (node, result.get("msg")))
+    command = "env LD_LIBRARY_PATH=%s/lib %s/bin/strace" % (STRACE_DIR, STRACE_DIR)
+    check = lab.exec(node, "%s -V" % command, check=False)
+    if check.returncode != 0:
+        raise LookupError("the controller's strace does not run in %s: %s" % (node, check.stderr.strip()))
+    return command
+
+
+def start_traced_stop(lab, node, gpu, mib):
+    """A holder under a real strace, kept in tracing stop (state t): the tracer is SIGSTOPped,
+    then a signal (SIGWINCH, ignored untraced) stops the tracee at its delivery until a tracer
+    that never comes resumes it. Returns (holder record, strace PID)."""
+    command = install_strace(lab, node)
+    path = ready_path("traced")
+    lab.exec(node, "rm -f %s" % path)
+    start_in_scope(lab, node, "traced", "%s -o /dev/null -- fakegpu hold --gpu %d:%d --ready-file %s"
+                   % (command, gpu, mib, path))
+    wait_until(lab, node, "[ -s %s ]" % path, "traced holder ready")
+    rec = read_json(lab, node, path)
+    tracer = int(lab.exec(node, "awk '/^TracerPid:/ {print $2}' /proc/%d/status" % rec["pid"]).stdout)
+    assert tracer, "the holder under strace has no tracer"
+    lab.exec(node, "kill -STOP %d" % tracer)
+    wait_until(lab, node, "grep -q '^State:[[:space:]]*T' /proc/%d/status" % tracer, "strace stopped")
+    lab.exec(node, "kill -WINCH %d" % rec["pid"])
+    wait_until(lab, node, "grep -q '^State:[[:space:]]*t' /proc/%d/status" % rec["pid"], "holder in tracing stop")
+    return rec, tracer
 
 
 def start_d_state(lab, node, gpu, mib):

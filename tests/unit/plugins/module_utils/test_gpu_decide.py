@@ -9,7 +9,7 @@ import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 
-from .observations import CTX, OWN_NS, gpu, proc, snap
+from .observations import CTX, NVIDIA, OWN_NS, gpu, proc, snap
 
 
 def classify(s, patterns=(), own_tree=frozenset(), units=None):
@@ -215,6 +215,7 @@ def test_plan_targets_keeps_scope_match_and_protection():
     assert dict((h['pid'], h['reason']) for h in left) == {
         12: 'protected: GPU or cluster infrastructure (nv-hostengine)',
         13: 'does not match the match filter'}
+    assert dict((h['pid'], h['reason_code']) for h in left) == {12: 'protected', 13: 'unmatched'}
     assert 14 not in [h['pid'] for h in left]   # a handle is never a target, nor "left"
 
 
@@ -224,15 +225,27 @@ def test_zombies_are_left_for_their_parent():
     holders, _unused, _unused = classify(s)
     targets, left = decide.plan_targets(holders, [0], [])
     assert targets == [] and 'parent PID 77' in left[0]['reason']
+    assert left[0]['reason_code'] == 'zombie'
 
 
 def test_units_to_stop_skips_scopes_infrastructure_and_own_session_units():
-    def mk(pid, unit):
-        return proc(pid, fds=CTX, maps=CTX, cgroup='0::/system.slice/' + unit)
-    s = snap([gpu(0)], [mk(10, 'sglang.service'), mk(11, 'ssh.service'), mk(12, 'ansible-pull.service'),
-                        mk(13, 'sglang.service'), proc(14, fds=CTX, maps=CTX)])
+    def mk(pid, path):
+        return proc(pid, fds=CTX, maps=CTX, cgroup='0::' + path)
+    s = snap([gpu(0)], [
+        mk(10, '/system.slice/sglang.service'),                        # the one to stop
+        mk(11, '/system.slice/ssh.service'),                           # infrastructure (PROTECTED_UNIT_PATTERN)
+        mk(12, '/system.slice/ansible-pull.service'),                  # the caller's own unit
+        mk(13, '/system.slice/sglang.service'),                        # named once
+        mk(15, '/system.slice/nvidia-persistenced.service'),           # the backend's infrastructure unit
+        mk(16, '/user.slice/user-0.slice/session-4.scope'),            # a login session's scope
+        mk(17, '/system.slice/run-r1b2c3.scope'),                      # a transient scope (systemd-run --scope)
+        proc(14, fds=CTX, maps=CTX, cgroup=''),                        # no unit at all
+    ])
     holders, _unused, _unused = classify(s)
-    assert decide.units_to_stop(holders, {'ansible-pull.service'}) == ['sglang.service']
+    assert sorted(h['unit'] for h in holders if h['unit']) == sorted([
+        'sglang.service', 'ssh.service', 'ansible-pull.service', 'sglang.service', 'nvidia-persistenced.service',
+        'session-4.scope', 'run-r1b2c3.scope'])
+    assert decide.units_to_stop(holders, {'ansible-pull.service'}, NVIDIA.infrastructure_units) == ['sglang.service']
 
 
 def test_diagnosis_memory_without_visible_holder():
@@ -398,6 +411,19 @@ def test_a_traced_holder_is_diagnosed_with_its_tracer():
     assert (holders[0]['tracer_pid'], holders[0]['tracer_name']) == (77, 'gdb')
     text = ' '.join(decide.diagnose(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
     assert 'traced by PID 77 (gdb) and stopped (state t)' in text
+
+
+def test_a_traced_holder_alive_after_sigkill_names_its_tracer_as_the_lever_never_a_reset():
+    # A SIGKILLed tracee stops in its exit until its tracer resumes it (lab, 6.18 kernel:
+    # test_gpu_reclaim.py's traced-holder test): the tracer is the lever, not a reset.
+    p = proc(10, fds=CTX, maps=CTX, state='tracing-stop')
+    p.tracer_pid = 77
+    s = snap([gpu(0, used=900, processes=[(10, 900)])], [p])
+    s.related_names = {77: 'strace'}
+    holders, _unused, _unused = classify(s)
+    lever = decide.next_lever(dict(holders[0], reason='survived the ladder', reason_code=decide.SURVIVED))
+    assert lever.startswith('it is traced by PID 77 (strace) and stays in its exit'), lever
+    assert 'kill -CONT 77' in lever and 'reset' not in lever and 'reboot' not in lever
 
 
 def test_a_respawning_parent_is_a_target_only_when_it_matches_or_holds_nothing_and_is_unprotected():

@@ -236,6 +236,7 @@ def test_a_survivor_of_sigkill_is_reported_unreachable_then_memory_waited_for():
     assert steps == [('sigterm', True), ('sigkill', True), ('unreachable', False), ('wait_release', False)]
     assert 'disk-sleep' in result['actions'][2]['result']
     assert result['free'] is False and 'PID 10' in result['msg']
+    assert [(h['pid'], h['reason_code']) for h in result['remaining']] == [(10, 'survived')]
 
 
 def test_a_leak_is_reset_through_the_backend_commands_only_with_allow_reset():
@@ -393,6 +394,7 @@ def test_a_protected_holder_alone_ends_the_ladder_at_once_naming_it():
     (wait,) = result['actions']
     assert wait['result'].startswith('not waited: nothing left that could free it (GPU 0: PID 10 (nv-hostengine)')
     assert result['free'] is False and 'PID 10 (nv-hostengine)' in result['msg'] and 'protected' in result['msg']
+    assert [(h['pid'], h['reason_code']) for h in result['remaining']] == [(10, 'protected')]
 
 
 def test_memory_that_falls_is_waited_for_and_memory_that_does_not_is_not():
@@ -456,6 +458,7 @@ def test_a_protected_respawning_parent_is_named_and_the_gpus_never_called_free()
     assert result['free'] is False
     assert 'PID 50 (sshd' in result['msg'] and 'protected' in result['msg'], result['msg']
     assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
+    assert [h['reason_code'] for h in result['remaining'] if h['pid'] == 50] == ['respawns']
 
 
 def test_a_live_parent_that_respawns_nothing_costs_one_settle_window():

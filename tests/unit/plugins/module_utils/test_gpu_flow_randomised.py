@@ -2,8 +2,10 @@
 
 Real processes (fakegpu hold), real signals, the real pynvml: only the lab's SSH and systemd
 are missing here (the lab tests cover those). Hypothesis draws process trees, names, SIGTERM
-handling and GPU selections; afterwards nothing protected or out of scope was signalled and
-every selected GPU is free or explained.
+handling and GPU selections; each drawn shape knows exactly which PIDs must end (every
+unprotected process holding a selected GPU), which must live (the rest), which selected GPUs
+stay held (those a protected process holds) and which PIDs `remaining` names, with which
+reason_code. The oracle is `expected`.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -11,6 +13,7 @@ __metaclass__ = type
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -36,18 +39,13 @@ print(json.dumps(Ladder(surveyor, term_timeout=0.5, release_timeout=5, passes=2)
 GPUS = 4
 NAMES = ['python3', 'sglang::scheduler_TP1', '[kworker/3:1]', 'VLLM::Worker_TP0', 'nv-hostengine',
          'keepme-notebook']
+# The oracle's protected names: keepme-* by the `protect` pattern the test passes, nv-hostengine as
+# GPU infrastructure by its name (gpu_decide.INFRASTRUCTURE). Where infrastructure is protected by
+# identity instead (issue 22), a root python titled nv-hostengine may no longer be: then this set changes.
 PROTECTED_NAMES = {'nv-hostengine', 'keepme-notebook'}
 
 
 pytestmark = pytest.mark.usefixtures('stand_in_lib')
-
-
-def identity_or_none(pid):
-    """The process's identity, or None for one already gone (a killed orphan parent)."""
-    try:
-        return act.read_identity(pid)
-    except act.ProcessGone:
-        return None
 
 
 def run_ladder(root, selected):
@@ -67,55 +65,121 @@ holder_spec = st.fixed_dictionaries({
     'child_gpu': st.one_of(st.none(), st.integers(0, GPUS - 1)),
     'orphan': st.booleans(),
     'fork_inherit': st.booleans(),
+    'stopped': st.booleans(),   # SIGSTOPped (state T), as a job stopped with ^Z
 })
 
 
-# No shrinking phase: a failing example is printed as drawn, and CI time stays bounded.
-@settings(max_examples=10, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+class Shape(object):
+    """One drawn process of a holder set and what the ladder must do with it.
+
+    kind: 'holder' (its own context on `gpu`), 'child' (a --child worker with its own context
+    on the child's GPU) or 'forked' (a --fork-inherit child: it maps its parent's context and
+    allocates nothing, so it holds that context only once the parent is dead). Every process of
+    a spec carries the spec's title, so a protected name protects all of them.
+    """
+
+    def __init__(self, pid, kind, name, gpu, parent=None):
+        self.pid, self.kind, self.name, self.gpu, self.parent = pid, kind, name, gpu, parent
+        self.start_time = None
+
+    @property
+    def protected(self):
+        return self.name in PROTECTED_NAMES
+
+
+def expected(shapes, selected):
+    """The exact outcome for these processes and GPU selection.
+
+    Returns (must_end, must_live, held, protected_holders, handles): PIDs the ladder must end;
+    PIDs it must leave alive; the selected GPUs that must stay held (only a protected process
+    keeps one); the PIDs `remaining` must name with reason_code 'protected' (protected context
+    holders of a held GPU), and with 'device_open' (a protected forked child whose parent, the
+    context's owner, is alive: it maps the GPU but holds no context of its own).
+
+    Handles are named only where the last survey read every process (gpu_reclaim's RETURN,
+    `holders`): it reads only the processes NVML lists when they account for every used MiB
+    of the selected GPUs, and every process when NVML charges memory to a PID that is gone,
+    which here is a protected forked child keeping its killed parent's context.
+    """
+    alive = [p for p in shapes if p.start_time is not None]
+    alive_pids = set(p.pid for p in alive)
+    must_end = set(p.pid for p in alive if p.gpu in selected and not p.protected)
+    must_live = alive_pids - must_end
+    held = set(p.gpu for p in alive if p.gpu in selected and p.protected)
+    in_context = [p for p in alive if p.kind != 'forked' or p.parent not in alive_pids]
+    protected_holders = set(p.pid for p in in_context if p.protected and p.gpu in held)
+    read_every_process = any(p.kind == 'forked' and p.pid in protected_holders for p in alive)
+    handles = set(p.pid for p in alive if read_every_process and p.kind == 'forked' and
+                  p.parent in alive_pids and p.protected and p.gpu in held)
+    return must_end, must_live, held, protected_holders, handles
+
+
+def start_shapes(root, specs):
+    """Start every drawn holder; returns [Shape] of all their processes (killed parents with
+    start_time None)."""
+    shapes = []
+    for spec in specs:
+        args = ['--gpu', '%d:%d' % (spec['gpu'], spec['mib']), '--title', spec['name']]
+        if spec['ignore_term']:
+            args.append('--ignore-term')
+        if spec['fork_inherit']:
+            args.append('--fork-inherit')
+        if spec['child_gpu'] is not None:
+            args += ['--child', '%d:128:%s' % (spec['child_gpu'], spec['name'])]
+        holder = root.hold(*args)
+        parent = Shape(holder.pid, 'holder', spec['name'], spec['gpu'])
+        started = [parent] + [Shape(pid, 'forked', spec['name'], spec['gpu'], parent=holder.pid)
+                              for pid in holder.ready['forked']]
+        started += [Shape(pid, 'child', spec['name'], spec['child_gpu'], parent=holder.pid)
+                    for pid in holder.ready['spawned']]
+        for shape in started:
+            shape.start_time = act.read_identity(shape.pid)[0]
+        shapes += started
+        if spec['orphan'] and holder.ready['spawned']:
+            # The scenario's own SIGKILL of the parent (the seed incident), not the ladder's.
+            holder.kill()
+            parent.start_time = None
+        elif spec['stopped']:
+            os.kill(holder.pid, signal.SIGSTOP)
+            stopped, _waited = act.wait_for(lambda: act.read_identity(holder.pid).state == 'stopped', 10)
+            assert stopped, 'PID %d did not stop' % holder.pid
+    return shapes
+
+
+# Examples per CI run: EXAMPLES (each starts up to 12 real processes and runs the ladder in a
+# process of its own). No shrinking phase in CI: a failing example is printed as drawn.
+EXAMPLES = 20
+
+
+@settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(specs=st.lists(holder_spec, min_size=1, max_size=4),
        selected=st.sets(st.integers(0, GPUS - 1), min_size=1, max_size=GPUS))
-def test_ladder_spares_protected_and_out_of_scope_and_frees_or_explains(tmp_path_factory, specs, selected):
+def test_ladder_ends_exactly_the_unprotected_holders_of_the_selected_gpus(tmp_path_factory, specs, selected):
     root = FakeGpuRoot(tmp_path_factory.mktemp('gpu'))
     root.setup('--gpus', str(GPUS))
     try:
-        processes = []   # (pid, start_time, name, gpus it holds)
-        for spec in specs:
-            args = ['--gpu', '%d:%d' % (spec['gpu'], spec['mib']), '--title', spec['name']]
-            if spec['ignore_term']:
-                args.append('--ignore-term')
-            if spec['fork_inherit']:
-                args.append('--fork-inherit')
-            if spec['child_gpu'] is not None:
-                args += ['--child', '%d:128:%s' % (spec['child_gpu'], spec['name'])]
-            holder = root.hold(*args)
-            processes.append((holder.pid, spec['name'], {spec['gpu']}))
-            for forked in holder.ready.get('forked', []):
-                processes.append((forked, spec['name'], {spec['gpu']}))
-            for child in holder.ready.get('spawned', []) or holder.children:
-                if child not in holder.ready.get('forked', []):
-                    processes.append((child, spec['name'], {spec['child_gpu']}))
-            if spec['orphan'] and spec['child_gpu'] is not None:
-                holder.kill()
-        identities = [(pid, identity_or_none(pid), name, gpus) for pid, name, gpus in processes]
+        shapes = start_shapes(root, specs)
+        must_end, must_live, held, protected_holders, handles = expected(shapes, selected)
 
         result = run_ladder(root, selected)
 
-        for pid, identity, name, gpus in identities:
-            if identity is None:
-                continue
-            still = act.is_alive(pid, identity[0])
-            if name in PROTECTED_NAMES:
-                assert still, 'protected %s (%d) was killed: %s' % (name, pid, result['actions'])
-            if not gpus & selected:
-                assert still, 'out-of-scope PID %d on GPU %s was killed' % (pid, gpus)
+        shown = '%s\nactions: %s\nremaining: %s' % (
+            [(p.pid, p.kind, p.name, p.gpu) for p in shapes], result['actions'],
+            [(h['pid'], h.get('reason_code'), h.get('reason')) for h in result['remaining']])
+        by_pid = dict((p.pid, p) for p in shapes)
+        ended = set(pid for pid in must_end | must_live if not act.is_alive(pid, by_pid[pid].start_time))
+        assert ended == must_end, shown
         signalled = set(a['pid'] for a in result['actions'] if a['step'] in ('sigterm', 'sigkill') and a['changed'])
-        protected_pids = set(pid for pid, _unused, name, _unused in identities if name in PROTECTED_NAMES)
-        assert not signalled & protected_pids
-        if result['free']:
-            assert all(row['free'] for row in result['after'])
-        else:
-            # Only protected holders may keep a selected GPU, and the message says so.
-            assert 'protected' in result['msg'], result['msg']
+        assert not signalled & must_live, shown
+        assert set(row['index'] for row in result['after'] if not row['free']) == held, shown
+        assert result['free'] is (not held), shown
+        codes = dict((h['pid'], h['reason_code']) for h in result['remaining'])
+        assert codes == dict([(pid, 'protected') for pid in protected_holders] +
+                             [(pid, 'device_open') for pid in handles]), shown
+        if held:
+            # The sentence is written from the same entries: it names each blocking PID.
+            for pid in protected_holders:
+                assert 'PID %d (' % pid in result['msg'], result['msg']
     finally:
         root.cleanup()

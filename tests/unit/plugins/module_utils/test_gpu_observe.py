@@ -95,7 +95,9 @@ def test_children_of_lists_a_new_child_and_a_gone_parent_raises():
 
 def test_a_traced_process_names_its_tracer():
     if not shutil.which('strace'):
-        pytest.skip('strace is not installed here; the traced-holder lab test covers a real tracer')
+        pytest.skip('strace is not installed here: tests/integration/test_gpu_reclaim.py::'
+                    'test_traced_holder_is_named_with_its_tracer_and_gets_sigkill_at_once covers a real '
+                    'tracer over SSH in the lab')
     tracer = subprocess.Popen(['strace', '-o', '/dev/null', 'sleep', '30'])
     kids = []
     try:
