@@ -15,7 +15,7 @@ LAB         := tests/lab/lab
 COLL_LINK   := .build/collections/ansible_collections/gpuops/reclaim
 COLL_TARBALL = $(shell sed -n 's/^namespace: *//p' galaxy.yml)-$(shell sed -n 's/^name: *//p' galaxy.yml)-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
-.PHONY: help venv host-deps fakegpu collection-link unit units-ansible-test sanity lint build lab-test molecule test demo clean lab-down
+.PHONY: help venv host-deps fakegpu collection-link unit units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test molecule test demo clean lab-down
 
 help:
 	@echo "make test   - unit, sanity, lint, build, lab integration and Molecule"
@@ -71,11 +71,24 @@ units-ansible-test: venv fakegpu
 lint: venv
 	env -u ANSIBLE_COLLECTIONS_PATH -u ANSIBLE_CONFIG $(VBIN)/ansible-lint
 
+# The fragments and the released changelog (changelogs/), as antsibull-changelog reads them.
+changelog-lint: venv
+	$(VBIN)/antsibull-changelog lint
+
 # The artifact users install; check_artifact lists it and fails on any development tree in it.
 build: venv
 	mkdir -p .build/dist
 	$(VBIN)/ansible-galaxy collection build --force --output-path .build/dist .
 	$(VPY) tests/sanity/check_artifact.py .build/dist/$(COLL_TARBALL)
+
+# The tarball through galaxy-importer with Automation Hub's settings (offline): fails on any
+# error or warning, a plugin listed twice or without docs, a role without a README.
+import-check: build
+	$(VPY) tests/sanity/import_check.py .build/dist/$(COLL_TARBALL)
+
+# execution-environment.yml through `ansible-builder create` (no image build); checks the context.
+ee-check: build
+	$(VPY) tests/sanity/ee_check.py
 
 # The container tests need nodes with podman and a cgroup v2 tree (LAB_CONTAINERS=1): they
 # get a private lab of their own, so the other tests' nodes stay lean.
@@ -103,7 +116,10 @@ test: venv host-deps fakegpu collection-link
 	$(MAKE) unit
 	$(MAKE) sanity
 	$(MAKE) lint
+	$(MAKE) changelog-lint
 	$(MAKE) build
+	$(MAKE) import-check
+	$(MAKE) ee-check
 	$(MAKE) lab-test
 	$(MAKE) molecule
 	@echo "== what did not run, or was expected to fail (pytest -rsx of each pytest stage) =="

@@ -30,9 +30,9 @@ GPU_FIELDS = ('index', 'memory_used_mib', 'memory_total_mib', 'free', 'holders')
 # (read raw, untemplated: templating a gpu_reclaim result through hostvars cost about 12 ms
 # per host here, 12 s on 1,000 hosts).
 RUN_VARS = ('gpus_free_result', 'reclaim__strays_result', 'reclaim__failure', 'reclaim__batch', 'inference_service_info',
-            'inference_service__reasons')
+            'inference_service__reasons', 'inference_service__adopted', 'inference_service__strays_freed')
 # Inventory variables, which may be templates: read through hostvars, only on hosts with a server.
-SERVER_VARS = ('inference_service_name', 'inference_service_flags')
+SERVER_VARS = ('inference_service_name', 'inference_service_flags', 'inference_service_gpus')
 
 
 def _gpus(rows):
@@ -59,6 +59,28 @@ def _reclaim_record(reclaim):
             'actions': list(reclaim.get('actions') or [])}
 
 
+def adoption_record(adopted):
+    """What the inference_service role's adoption ended (adopt.py's report, registered as
+    inference_service__adopted), or None when it adopted nothing. Each process it ended is an
+    action in gpu_reclaim's shape (step, pid, name, unit, result), so that one list can later
+    hold every process a run ended, however it ended."""
+    if not isinstance(adopted, dict) or not adopted.get('stdout'):
+        return None
+    try:
+        out = json.loads(adopted['stdout'])
+    except ValueError:
+        return None
+    if not out.get('procs'):
+        return None
+    scope, left = out.get('scope'), list(out.get('left') or [])
+    actions = [{'step': 'adopt_stop', 'pid': proc.get('pid'), 'name': proc.get('name'), 'unit': scope,
+                'result': ('still alive after the stop of %s (left to the GPU reclaim)' % scope) if proc.get('pid') in left
+                else 'ended by the stop of %s in %s s' % (scope, out.get('seconds'))}
+               for proc in out['procs']]
+    return {'scope': scope, 'stopped': bool(out.get('stopped')), 'seconds': out.get('seconds'),
+            'skipped': list(out.get('skipped') or []), 'left': left, 'actions': actions}
+
+
 def stray_reclaim(host):
     """The host's stray reclaim (play 1): kept as reclaim__strays_result on a host whose server the
     role went on to converge (its own reclaims register gpus_free_result again), else
@@ -66,7 +88,7 @@ def stray_reclaim(host):
     return host.get('reclaim__strays_result') or host.get('gpus_free_result')
 
 
-def host_record(host):
+def host_record(host, check_mode=False):
     """The summary of one host from its variables (a mapping).
 
     The top-level GPUs and actions are the stray reclaim's (play 1). On a host whose server
@@ -89,28 +111,57 @@ def host_record(host):
     if host.get('inference_service_name') is not None:
         info = host.get('inference_service_info') or {}
         reasons = list(host.get('inference_service__reasons') or [])
+        # reclaim.yml empties gpus_free_result once it has kept the stray reclaim, so a value here is
+        # the role's own reclaim of the server's GPUs: the role got past its checks and restarted.
         server_reclaim = host.get('gpus_free_result') if strays else None
+        adoption = adoption_record(host.get('inference_service__adopted'))
+        beside = host.get('inference_service__strays_freed')
+        beside = beside if isinstance(beside, dict) and 'actions' in beside else None
         record['server'] = {'name': host.get('inference_service_name'),
                             'flags': host.get('inference_service_flags') or {},
                             'max_total_num_tokens': info.get('max_total_num_tokens'),
                             # Why the role (re)started it, or in check mode would: empty when converged.
                             'restart_reasons': reasons,
-                            'gpus_reclaim': _reclaim_record(server_reclaim) if server_reclaim else None}
-        # A drift report reads `changed`: a server that needs (or got) a restart is a change.
-        record['changed'] = record['changed'] or bool(reasons) or bool(server_reclaim and server_reclaim.get('changed'))
+                            # A hand-started server the role adopted, and each process that ended with it.
+                            'adoption': adoption,
+                            'gpus_reclaim': _reclaim_record(server_reclaim) if server_reclaim else None,
+                            # Strays beside a healthy server, freed sparing it.
+                            'strays_reclaim': _reclaim_record(beside) if beside else None}
+        if check_mode:
+            # A drift report reads `changed`: a server that needs a restart is a change.
+            server_changed = bool(reasons)
+        else:
+            # A run refused before it touched anything (a misspelled flag) changed nothing.
+            server_changed = bool(adoption) or bool(reasons and server_reclaim) or bool(
+                server_reclaim and server_reclaim.get('changed'))
+        record['changed'] = record['changed'] or server_changed or bool(beside and beside.get('changed'))
     return record
 
 
 def host_report(name, host, record, check_mode):
     """The table of one host's stray reclaim (play 1), each line prefixed with the host's name; a
-    host that did nothing is one line. A host whose server the role converged printed the
-    tables of the role's own reclaims already."""
+    host that did nothing is one line. On a server host, also what the role's adoption ended and
+    the strays it freed beside a healthy server (its own reclaims printed their tables already)."""
     reclaim = stray_reclaim(host)
+    server = record.get('server')
     if not reclaim:
         lines = ['== %s ==' % record['status']]
+    elif server and not reclaim.get('before') and not reclaim.get('failed'):
+        gpus = host.get('inference_service_gpus') or []
+        lines = ['== no GPU outside %s\'s (GPU %s) to free ==' % (server['name'], ','.join(str(gpu) for gpu in gpus))]
     else:
         lines = gpu_report(reclaim, title='GPUs NOT freed' if reclaim.get('failed') else None, check_mode=check_mode,
                            brief=True)
+    adoption = server and server.get('adoption')
+    if adoption:
+        lines.append('== %s: adopted a hand-started server, %d process(es) ended by stopping %s in %s s ==' % (
+            server['name'], len(adoption['actions']) - len(adoption['left']), adoption['scope'], adoption['seconds']))
+        lines.extend('  %s PID %s %s: %s' % (act['step'], act['pid'], act['name'], act['result'])
+                     for act in adoption['actions'])
+        lines.extend('  skipped: %s' % why for why in adoption['skipped'])
+    beside = host.get('inference_service__strays_freed') if server and server.get('strays_reclaim') else None
+    if beside:
+        lines.extend(gpu_report(beside, title='Strays beside %s' % server['name'], check_mode=check_mode))
     return ['%s: %s' % (name, line) for line in lines]
 
 
@@ -133,7 +184,7 @@ class ActionModule(ActionBase):
         records, failed_batches, lines = {}, [], []
         for name in hosts:
             host = run_vars(hostvars, name)
-            records[name] = host_record(host)
+            records[name] = host_record(host, check_mode)
             if report:
                 lines.extend(host_report(name, host, records[name], check_mode))
             batch = host.get('reclaim__batch')
@@ -149,15 +200,20 @@ class ActionModule(ActionBase):
         result.update(changed=False, path=None, hosts=len(records), failed=False,
                       failed_hosts=sorted(name for name, rec in records.items() if rec['status'] != 'ok'))
         if report:
-            # Shown without -v, as debug's msg is.
-            result.update(msg=lines, _ansible_verbose_always=True)
+            result['msg'] = lines
         if path:
-            result['path'] = self._write(path, summary)
+            # A relative path is the playbook directory's, never the launcher's working directory
+            # (ansible-runner, and so AWX, changes directory without setting PWD).
+            base = task_vars.get('playbook_dir') or os.getcwd()
+            result['path'] = summary['path'] = self._write(os.path.join(base, os.path.expanduser(path)), summary)
+        # The run's custom stats (what set_stats sets): AWX keeps them as the job's artifacts, and
+        # ansible-runner writes them to the stats event. Not per host: one entry, every host in it.
+        result['ansible_stats'] = {'data': {'gpuops_reclaim': summary}, 'per_host': False, 'aggregate': False}
         return result
 
     @staticmethod
     def _write(path, summary):
-        path = os.path.abspath(os.path.expanduser(path))
+        path = os.path.abspath(path)
         try:
             handle, temp = tempfile.mkstemp(prefix='.gpuops-reclaim-', dir=os.path.dirname(path))
             with os.fdopen(handle, 'w') as out:

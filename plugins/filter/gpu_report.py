@@ -5,12 +5,54 @@
 
 A filter, not a Jinja template: on a fleet the report runs once per host, and the same
 table built in Jinja cost the controller about ten times more (bench/run fleet).
-Docs in the sidecar gpu_report.yml.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+DOCUMENTATION = r"""
+name: gpu_report
+author: gpuops.reclaim maintainers
+version_added: "1.0.0"
+short_description: a gpu_reclaim result as before/after lines a person reads
+description:
+  - One title line, one line per GPU (memory before, after and whether it is free, holders by PID and name,
+    their unit and whether they are protected), one line per action with its time and result.
+  - Holders are named from the module's first survey (its C(holders)), since after acting they are gone.
+positional: _input
+options:
+  _input:
+    description: A M(gpuops.reclaim.gpu_reclaim) result.
+    type: dict
+    required: true
+  title:
+    description: The title; by default says what happened (already free, plan, reclaimed, NOT freed).
+    type: str
+  check_mode:
+    description: The result comes from check mode (no after column, the title says plan).
+    type: bool
+    default: false
+  brief:
+    description:
+      - A result that did nothing is one line, listing each GPU's memory, or saying that no GPU was
+        selected (every one excluded); a result that acted or failed keeps its whole table.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Report
+  ansible.builtin.debug:
+    msg: "{{ reclaimed | gpuops.reclaim.gpu_report(check_mode=ansible_check_mode) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The lines of the report.
+  type: list
+  elements: str
+"""
 
 from ansible.errors import AnsibleFilterError
 

@@ -23,7 +23,7 @@ import time
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
-    ProcessGone, read_identity)
+    ProcessGone, read_identity, user_manager_call)
 
 SENT, GONE, REUSED, REFUSED = 'sent', 'gone', 'reused', 'refused'
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT'}
@@ -144,11 +144,12 @@ def wait_for(predicate, timeout, clock=time.monotonic, first_interval=0.02, max_
         interval = min(interval * 2, max_interval)
 
 
-def run_command(argv, timeout):
-    """(rc, output) of a bounded command; 124 when it timed out, 127 when it could not start."""
+def run_command(argv, timeout, **keywords):
+    """(rc, output) of a bounded command; 124 when it timed out, 127 when it could not start.
+    `keywords` go to subprocess.run (user, group, env: run it as a user)."""
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                             check=False, universal_newlines=True)
+                             check=False, universal_newlines=True, **keywords)
     except subprocess.TimeoutExpired:
         return 124, '%s did not finish within %ss' % (' '.join(argv), timeout)
     except OSError as exc:
@@ -156,8 +157,11 @@ def run_command(argv, timeout):
     return out.returncode, out.stdout.strip()
 
 
-def _unit_inactive(unit):
-    code, state = run_command(['systemctl', 'is-active', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S)
+def _unit_inactive(unit, user=()):
+    """`user`: ['--user'] and the keywords that run systemctl as that user, for her manager."""
+    flags, keywords = (user[0], user[1]) if user else ([], {})
+    code, state = run_command(['systemctl'] + flags + ['is-active', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S,
+                              **keywords)
     return state in ('inactive', 'failed', 'unknown') or (code != 0 and state not in ('deactivating', 'active'))
 
 
@@ -185,6 +189,22 @@ class HostActor(object):
         done, waited = wait_for(lambda: _unit_inactive(unit), timeout, clock=self.clock)
         if done:
             return 'stopped in %s' % _seconds(waited), True
+        return 'stopping (still deactivating after %ss)' % timeout, True
+
+    def stop_user_unit(self, uid, unit, timeout):
+        """Stop a unit of user `uid`'s own manager, as that user (`systemctl --user stop`, her
+        manager's private socket: gpu_observe.user_manager_call), polled like stop_unit."""
+        call = user_manager_call(uid)
+        if call is None:
+            return 'failed: the manager of user %s does not run' % uid, False
+        user = (['--user'], call[1])
+        rc, out = run_command(['systemctl', '--user', 'stop', '--no-block', '--', unit],
+                              timeout=SYSTEMCTL_TIMEOUT_S, **call[1])
+        if rc != 0:
+            return 'failed: %s' % out, False
+        done, waited = wait_for(lambda: _unit_inactive(unit, user), timeout, clock=self.clock)
+        if done:
+            return 'stopped in %s through the manager of user %s' % (_seconds(waited), uid), True
         return 'stopping (still deactivating after %ss)' % timeout, True
 
     @staticmethod
@@ -263,6 +283,10 @@ class RecordingActor(object):
         return 'would stop it (waiting up to %ss)' % timeout, True
 
     @staticmethod
+    def stop_user_unit(uid, unit, timeout):
+        return 'would stop it through the manager of user %s (waiting up to %ss)' % (uid, timeout), True
+
+    @staticmethod
     def stop_container(owner, grace):
         if not gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
             return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
@@ -285,8 +309,8 @@ class RecordingActor(object):
         return 'would send %s' % name, True
 
     def alive(self, holders):
-        return [h for h in holders if (h['pid'], h['start_time']) not in self.ended
-                and is_alive(h['pid'], h['start_time'])]
+        live = [h for h in holders if (h['pid'], h['start_time']) not in self.ended]
+        return [h for h in live if is_alive(h['pid'], h['start_time'])]
 
     def wait_gone(self, holders, timeout):
         now = self.clock()

@@ -16,6 +16,8 @@ import re
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 
 # Processes whose death hurts the host more than a held GPU (display servers, schedulers, MPI),
@@ -49,30 +51,56 @@ def infrastructure_name(name, cmdline, names=INFRASTRUCTURE):
     return None
 
 
-def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=()):
+def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
+                      units=None):
     """Why a process must never be signalled, or None. `proc` is a gpu_observe.ProcState,
-    `owner` its gpu_owner record (read from its cgroup when not given), `vendor_infrastructure`
-    the GPU backend's daemon names."""
+    `owner` its gpu_owner record (read from its cgroup when not given; `confirmed` filled in
+    by gpu_trust.confirm), `vendor_infrastructure` the GPU backend's daemon names,
+    `vendor_units` its unit pattern and `units` the system units' facts (MainPID).
+
+    Shields are granted by identity only (gpu_trust.refusal): a pod from cgroups root named, a
+    container init its runtime confirmed, a guest's init, an infrastructure name on a root
+    process with a root-owned executable or in a confirmed system unit never stopped. A
+    title, a cgroup name or a PID namespace a user made shields nothing.
+    """
     if proc.pid <= 1:
         return 'PID %d is the init process' % proc.pid
     if proc.kthread:
         return 'kernel thread'
     if proc.pid in own_tree:
         return 'part of the process tree running this module (its caller or its own child)'
-    owner = owner or gpu_owner.owner_from_cgroup(proc.cgroup)
-    if owner['kind'] == gpu_owner.POD:
+    owner = owner or gpu_owner.owner_from_cgroup(proc.cgroup, getattr(proc, 'cgroup_uids', None))
+    if trust.refusal(trust.SHIELD_POD, owner) is None:
         # The kubelet owns every process of a pod: signalled from under it, a pod's process is
         # restarted or its pod rescheduled; only the Kubernetes API may end it.
         return POD_PROTECTED
-    if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1:
+    if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1 and \
+            trust.refusal(trust.SHIELD_INIT, owner) is None:
         return CONTAINER_INIT
     infra = infrastructure_name(proc.name, proc.cmdline, INFRASTRUCTURE + tuple(vendor_infrastructure))
-    if infra:
+    if infra and trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, identity_of(proc, units, vendor_units),
+                               protected_unit=protected_unit(owner.get('unit'), vendor_units)) is None:
         return 'GPU or cluster infrastructure (%s)' % infra
     for pattern in patterns:
         if pattern.search(proc.name) or pattern.search(proc.cmdline):
             return 'matches protect pattern %r' % pattern.pattern
     return None
+
+
+def identity_of(proc, units=None, vendor_units=None):
+    """What gpu_trust needs of a gpu_observe.ProcState: its uids, its executable's owner, and
+    whether systemd names it the main process of a system unit never stopped (a user's
+    manager is user@UID.service's, running as the user)."""
+    main_of = [unit for unit, facts in (units or {}).items()
+               if facts and len(facts) > 3 and facts[3] == proc.pid and protected_unit(unit, vendor_units)]
+    return {'uids': getattr(proc, 'uids', None), 'exe_uid': getattr(proc, 'exe_uid', None),
+            'main_of_protected_unit': bool(main_of)}
+
+
+def protected_unit(unit, vendor_units=None):
+    """True for a unit never stopped (PROTECTED_UNIT_PATTERN, the backend's unit pattern)."""
+    return bool(unit) and bool(PROTECTED_UNIT_PATTERN.match(unit) or (
+        vendor_units is not None and vendor_units.match(unit)))
 
 
 def resolve_gpus(requested, gpus, exclude=()):
@@ -187,15 +215,20 @@ def context_gpus_of(evidence, listed, orphaned):
     return sorted(i for i, ev in evidence.items() if 'mmap' in ev and i in orphaned)
 
 
-def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mib=128):
+def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mib=128, facts=None):
     """Turn a snapshot into (holders, clients, unconfirmed).
 
     holders: processes holding a particular GPU (context or handle).
     clients: processes with only shared nodes (nvidiactl, nvidia-uvm) open: monitors, NVML users.
     unconfirmed: NVML-listed PIDs that resolve here to a process holding no NVIDIA device, i.e.
     a PID from another namespace or a reused one. They are never acted on.
+
+    `units`: system unit -> (Restart, ActiveState, ControlGroup); `facts`: {'user_units':
+    (uid, unit) -> the same from that user's manager, 'runtimes': (runtime, id) -> its
+    inspect, 'vendor_units': the backend's unit pattern} (gpu_trust.confirm).
     """
     units = units or {}
+    facts = dict(facts or {}, units=units)
     # Device nodes are mapped to GPUs through what the backend says each GPU's nodes are
     # (NVIDIA: /dev/nvidia<minor> with the driver's minor), never by the number in the name.
     node_to_index = dict((node, gpu.index) for gpu in snapshot.gpus for node in gpu.nodes)
@@ -221,7 +254,7 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         if not evidence:
             if touches_device:
                 clients.append(describe(proc, snapshot, [], {}, set(), 'client', protect_patterns,
-                                        own_tree, units, []))
+                                        own_tree, units, [], facts))
             continue
         context_gpus = context_gpus_of(evidence, listed, orphaned)
         kind = 'context' if context_gpus else 'handle'
@@ -229,18 +262,28 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         for ev in evidence.values():
             all_evidence |= ev
         holder = describe(proc, snapshot, sorted(evidence), listed, all_evidence, kind,
-                          protect_patterns, own_tree, units, context_gpus)
+                          protect_patterns, own_tree, units, context_gpus, facts)
         holder['peer_gpus'] = peers.peer_gpus_of(evidence, listed, context_gpus, orphaned)
         holders.append(holder)
     return holders, clients, unconfirmed
 
 
-def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus):
-    """The holder dict of one process (the shape gpu_holders returns)."""
-    owner = gpu_owner.owner_from_cgroup(proc.cgroup)
-    reason = protection_reason(proc, own_tree, patterns, owner, snapshot.infrastructure)
-    unit = owner['unit']
-    restart, active = units.get(unit, (None, None)) if unit else (None, None)
+def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus,
+             facts=None):
+    """The holder dict of one process (the shape gpu_holders returns). `unit` is a unit of
+    the system manager only; a unit of a user's manager stays in `owner`."""
+    facts = facts or {}
+    owner = gpu_owner.owner_from_cgroup(proc.cgroup, getattr(proc, 'cgroup_uids', None))
+    owner['confirmed'] = trust.confirm(owner, units, facts.get('user_units'), facts.get('runtimes'))
+    reason = protection_reason(proc, own_tree, patterns, owner, snapshot.infrastructure,
+                               facts.get('vendor_units'), units)
+    unit = owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
+    if unit:
+        restart, active = (units.get(unit) or (None, None))[:2]
+    elif owner['manager'] == gpu_owner.USER_MANAGER:
+        restart, active = ((facts.get('user_units') or {}).get((owner['uid'], owner['unit'])) or (None, None))[:2]
+    else:
+        restart, active = None, None
     other_ns = bool(snapshot.own_pidns and proc.pidns and proc.pidns != snapshot.own_pidns)
     parent = snapshot.procs.get(proc.ppid)
     parent_name = parent.name if parent else snapshot.related_names.get(proc.ppid)
@@ -326,10 +369,12 @@ def snapshot_without(snapshot, holders, ended_pids):
     return projected
 
 
-def unit_from_cgroup(text):
-    """The systemd unit of this host (service or scope) owning a process, from /proc/PID/cgroup
-    text; None for a process of a guest (its units are the guest's) or of a pod."""
-    return gpu_owner.owner_from_cgroup(text)['unit']
+def unit_from_cgroup(text, dir_uids=None):
+    """The system manager's unit (service or scope) owning a process, from /proc/PID/cgroup
+    text; None for a process of a guest (its units are the guest's), of a pod, or in a cgroup
+    a user named (a unit there is at most her own manager's)."""
+    owner = gpu_owner.owner_from_cgroup(text, dir_uids)
+    return owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
 
 
 def gpu_table(snapshot, holders, selected, free_threshold_mib, spared_pids=frozenset()):
@@ -371,7 +416,7 @@ def spared_mib(gpu, spared_pids):
 
 
 def _who(holder):
-    return 'PID %d (%s)' % (holder['pid'], holder['name'])
+    return 'PID %d (%s)' % (holder['pid'], printable(holder['name']))
 
 
 def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
@@ -433,7 +478,7 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
         sentences.append(
             'NVML lists PID %d on GPU %s, but PID %d here (%s) holds no NVIDIA device: the PID comes '
             'from another PID namespace or was reused; it is not treated as a holder.'
-            % (entry['pid'], ','.join(str(i) for i in entry['gpus']), entry['pid'], entry['name']))
+            % (entry['pid'], ','.join(str(i) for i in entry['gpus']), entry['pid'], printable(entry['name'])))
     for holder in holders:
         if not set(holder['gpus']) & selected:
             continue
@@ -441,20 +486,20 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
             sentences.append(
                 '%s is in uninterruptible sleep (D%s): signals take effect only when the kernel '
                 'call returns; if it stays, the GPU needs a reset or the host a reboot.'
-                % (_who(holder), ', wchan %s' % holder['wchan'] if holder['wchan'] else ''))
+                % (_who(holder), ', wchan %s' % printable(holder['wchan']) if holder['wchan'] else ''))
         elif holder['state'] == 'zombie' and not any(
                 'nvml' not in h['evidence'] and set(h['context_gpus']) & set(holder['gpus'])
                 for h in holders):
             sentences.append(
                 '%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; '
                 'stop or restart that parent.'
-                % (_who(holder), holder['ppid'], holder['parent_name'] or 'unknown'))
+                % (_who(holder), holder['ppid'], printable(holder['parent_name']) or 'unknown'))
         elif holder['tracer_pid']:
             sentences.append(
                 '%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; '
                 'SIGKILL still ends it (gpu_reclaim sends it without waiting out the grace when it is '
                 'stopped), or detach the tracer.'
-                % (_who(holder), holder['tracer_pid'], holder['tracer_name'] or 'unknown',
+                % (_who(holder), holder['tracer_pid'], printable(holder['tracer_name']) or 'unknown',
                    ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
         elif holder['state'] == 'stopped':
             sentences.append(
@@ -542,7 +587,7 @@ def skip_sentence(holder, code):
     if code == PROTECTED:
         return 'protected: %s' % holder['protected_reason']
     if code == ZOMBIE:
-        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], holder['parent_name'])
+        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], printable(holder['parent_name']))
     return 'does not match the match filter'
 
 
@@ -572,7 +617,7 @@ def sigterm_futile(holder):
         return 'ignored (SigIgn)'
     if holder['state'] == 'tracing-stop':
         return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
-                'tracer lets it go' % (holder['tracer_pid'], holder['tracer_name'] or 'unknown'))
+                'tracer lets it go' % (holder['tracer_pid'], printable(holder['tracer_name']) or 'unknown'))
     return None
 
 
@@ -593,22 +638,40 @@ def respawn_message(parent):
     """The failure sentence for a parent that keeps respawning holders and was not ended."""
     return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; stop it yourself, or '
             'run again with `match` covering it.'
-            % (parent['pid'], parent['name'], parent['cmdline'], parent['respawned'], parent['reason']))
+            % (parent['pid'], printable(parent['name']), parent['cmdline'], parent['respawned'], parent['reason']))
 
 
 def units_to_stop(targets, protected_units, vendor_units=None):
-    """Service units that own targets and may be stopped, in first-seen order; never one of
-    `protected_units`, PROTECTED_UNIT_PATTERN or `vendor_units` (the backend's pattern)."""
+    """System service units that own targets and may be stopped, in first-seen order: only
+    where root named the cgroup and systemd confirmed the unit owns it (gpu_trust, STOP_UNIT);
+    never one of `protected_units`, PROTECTED_UNIT_PATTERN or `vendor_units` (the backend's
+    pattern)."""
     units = []
     for holder in targets:
         unit = holder['unit']
         if not unit or not unit.endswith('.service') or unit in units:
             continue
-        if unit in protected_units or PROTECTED_UNIT_PATTERN.match(unit) or (
-                vendor_units is not None and vendor_units.match(unit)):
+        if trust.refusal(trust.STOP_UNIT, holder.get('owner')) is not None:
+            continue
+        if unit in protected_units or protected_unit(unit, vendor_units):
             continue
         units.append(unit)
     return units
+
+
+def user_units_to_stop(targets):
+    """(uid, unit) of the services of users' own managers that own targets, confirmed by that
+    manager (gpu_trust, STOP_USER_UNIT), in first-seen order: stopped as that user, through her
+    manager, never on the system manager."""
+    found = []
+    for holder in targets:
+        owner = holder.get('owner') or {}
+        if trust.refusal(trust.STOP_USER_UNIT, owner) is not None:
+            continue
+        key = (owner['uid'], owner['unit'])
+        if key not in found:
+            found.append(key)
+    return found
 
 
 _GUEST_STOP_UNIT = {
@@ -632,9 +695,12 @@ def container_restarts(holder):
 
 
 def stoppable_container(holder):
-    """The holder's container when its runtime can stop it from here (see gpu_owner.RUNTIMES)."""
+    """The holder's container when its runtime can stop it from here (see gpu_owner.RUNTIMES)
+    and confirmed that the container is the holder's, in cgroups root named (gpu_trust)."""
     owner = holder.get('owner') or {}
     if owner.get('kind') != gpu_owner.CONTAINER or not owner.get('id'):
+        return None
+    if trust.refusal(trust.STOP_CONTAINER, owner) is not None:
         return None
     row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
     return owner if row.get('stop') else None
@@ -648,7 +714,7 @@ def owner_lever(holder):
     if owner['kind'] == gpu_owner.POD:
         pod = owner['pod'] or {}
         if pod.get('name'):
-            how = '`kubectl delete pod -n %s %s`' % (pod.get('namespace'), pod['name'])
+            how = '`kubectl delete pod -n %s %s`' % (printable(pod.get('namespace')), printable(pod['name']))
         else:
             how = ('find it with `kubectl get pods -A -o custom-columns=NS:.metadata.namespace,'
                    'NAME:.metadata.name,UID:.metadata.uid | grep %s`' % pod.get('uid'))
@@ -670,14 +736,14 @@ def owner_lever(holder):
             return ('it is the init of %s, which this module never signals: stop the guest itself '
                     'only if the whole guest must go' % what)
         named = what if owner['kind'] == gpu_owner.CONTAINER else (
-            'a container (cgroup %s)' % owner['cgroup'] if owner['cgroup'] else 'a container')
+            'a container (cgroup %s)' % printable(owner['cgroup']) if owner['cgroup'] else 'a container')
         return ('it is the init of %s whose runtime this module cannot reach, and it is never '
                 'signalled: stop that container with the tool that started it (docker, podman, '
                 'nerdctl stop), or from the host around it' % named)
     if owner['kind'] == gpu_owner.GUEST and owner['guest_unit'] and owner['guest_unit'].endswith('.service'):
         template = _GUEST_STOP_UNIT.get(owner['runtime'])
-        how = template.format(id=owner['id'], unit=owner['guest_unit']) if template and owner['id'] else (
-            'systemctl stop %s inside the guest' % owner['guest_unit'])
+        how = template.format(id=printable(owner['id']), unit=printable(owner['guest_unit'])) if template and owner['id'] else (
+            'systemctl stop %s inside the guest' % printable(owner['guest_unit']))
         return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
                 'in the guest (`%s`)' % (what, how))
     return None
@@ -697,7 +763,7 @@ def next_lever(holder):
     if holder['state'] == 'disk-sleep':
         return ('it is in uninterruptible sleep%s and ignores SIGKILL: reset the GPU '
                 '(allow_reset: true) or reboot the host'
-                % (' in %s' % holder['wchan'] if holder.get('wchan') else ''))
+                % (' in %s' % printable(holder['wchan']) if holder.get('wchan') else ''))
     if holder['state'] == 'zombie':
         return 'stop or restart its parent PID %s (%s), which must reap it' % (
             holder['ppid'], holder.get('parent_name') or 'unknown')
@@ -714,7 +780,12 @@ def next_lever(holder):
         # its tracer resumes it; a stopped strace never does. Continuing the tracer ends it.
         return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
                 'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
-                % (holder['tracer_pid'], holder.get('tracer_name') or 'unknown', holder['tracer_pid']))
+                % (holder['tracer_pid'], printable(holder.get('tracer_name')) or 'unknown', holder['tracer_pid']))
+    owner = holder.get('owner') or {}
+    if owner.get('manager') == gpu_owner.USER_MANAGER and holder.get('unit_restart') not in (None, 'no'):
+        return ("its unit %s of user %s's own manager restarts it (Restart=%s): that user stops it "
+                "(`systemctl --user stop %s`)" % (printable(owner['unit']), owner['uid'],
+                                                  holder['unit_restart'], printable(owner['unit'])))
     return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
 
 
@@ -728,12 +799,12 @@ def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blin
             continue
         on_gpu = [h for h in remaining if row['index'] in h['gpus']]
         if on_gpu and blind_sentence:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], h['name'], h['state'], next_lever(h)
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], printable(h['name']), h['state'], next_lever(h)
                                                     if h.get('lever') or h.get('protected')
                                                     else RUN_AS_ROOT + ' to signal it')
                             for h in on_gpu)
         elif on_gpu:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], h['name'], h['state'], next_lever(h))
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], printable(h['name']), h['state'], next_lever(h))
                             for h in on_gpu)
         elif blind_sentence:
             who = 'no process visible to this module: %s to see and free its holders' % RUN_AS_ROOT

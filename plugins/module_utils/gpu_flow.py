@@ -24,6 +24,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
 
 
 # The options every surveying module takes; their documentation is the gpu_survey doc fragment.
@@ -167,6 +168,7 @@ class Surveyor(object):
             raise observe.ObserveError(vendor.NO_BACKEND)
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
         self.owner_details = {}   # (runtime, id) -> what its CLI said, asked once per run
+        self.last_facts = ({}, {})   # the last survey's unit and runtime facts (_facts_of)
         self.access = access.read_access(proc)
 
     def protected_containers(self):
@@ -212,9 +214,9 @@ class Surveyor(object):
         selected = decide.resolve_gpus(self.requested, snapshot.gpus, self.exclude)
         own_tree = self.own_ancestors | set(
             pid for pid, p in snapshot.procs.items() if p.ppid == snapshot.own_pid)
-        units = self._units_of(snapshot)
+        units, facts = self._facts_of(snapshot)
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
-                                                        self.free_threshold_mib)
+                                                        self.free_threshold_mib, facts)
         name_owners(holders, self.nvml_timeout, self.owner_details)
         spared = [h for h in holders if h['unit'] in self.spare_units and set(h['gpus']) & set(selected)]
         survey = self._survey(snapshot, selected, holders, clients, unconfirmed, spared)
@@ -255,25 +257,45 @@ class Surveyor(object):
         return self._survey(snapshot, survey.selected, keep, survey.clients, survey.unconfirmed,
                             [h for h in survey.spared if h['pid'] not in ended_pids])
 
-    @staticmethod
-    def _units_of(snapshot):
-        """Restart= and ActiveState of each service unit owning a process of the snapshot.
+    def _facts_of(self, snapshot):
+        """What the managers and runtimes confirm about the owners of the snapshot's processes
+        (gpu_trust.confirm): (system units, {'user_units', 'runtimes', 'vendor_units'}).
 
-        Read anew at every survey: a unit the ladder stopped must show as stopped.
+        Units are read anew at every survey (a unit the ladder stopped must show as stopped);
+        a runtime is asked once per container and run.
         """
-        units = {}
+        units, user_units = {}, {}
         for proc in snapshot.procs.values():
-            unit = decide.unit_from_cgroup(proc.cgroup)
-            if unit and unit.endswith('.service') and unit not in units:
+            owner = gpu_owner.owner_from_cgroup(proc.cgroup, proc.cgroup_uids)
+            unit = owner['unit']
+            if owner['manager'] == gpu_owner.SYSTEM_MANAGER and unit.endswith('.service') \
+                    and unit not in units:
                 units[unit] = observe.unit_restart_policy(unit)
-        return units
+            elif owner['manager'] == gpu_owner.USER_MANAGER and unit.endswith('.service') \
+                    and (owner['uid'], unit) not in user_units:
+                user_units[(owner['uid'], unit)] = observe.user_unit_facts(owner['uid'], unit)
+            elif owner['kind'] in (gpu_owner.CONTAINER, gpu_owner.POD, gpu_owner.GUEST) and owner['id']:
+                key = (owner['runtime'], owner['id'])
+                if key not in self.owner_details:
+                    self.owner_details[key] = observe.runtime_details(owner, self.nvml_timeout)
+            if owner['kind'] == gpu_owner.USER and owner['uid'] is not None:
+                # Her manager (user@UID.service's MainPID) is the system's, not hers: it may
+                # respawn her holders, and is then named, never signalled.
+                manager = 'user@%d.service' % owner['uid']
+                if manager not in units:
+                    units[manager] = observe.unit_restart_policy(manager)
+        facts = {'user_units': user_units, 'runtimes': self.owner_details,
+                 'vendor_units': self.backend.infrastructure_units}
+        self.last_facts = (units, facts)
+        return units, facts
 
     def describe(self, pid, snapshot):
         """The holder-shaped dict of any process (a respawning parent, its new child); raises
         gpu_observe.ProcessGone."""
         proc = observe.describe_process(pid, self.proc)
+        units, facts = self.last_facts
         return decide.describe(proc, snapshot, [], {}, set(), 'respawner', self.protect,
-                               self.own_ancestors, {}, [])
+                               self.own_ancestors, units, [], facts)
 
     def children(self, pid):
         return observe.children_of(pid, self.proc)
@@ -309,6 +331,8 @@ def name_owners(holders, timeout, asked):
             asked[key] = observe.runtime_details(owner, timeout)
         details = dict(asked[key])
         pod = details.pop('pod', None)
+        for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
+            details.pop(fact, None)
         owner.update((k, v) for k, v in details.items() if v is not None)
         if pod and owner['kind'] == 'pod':
             owner['pod'] = dict(owner['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
@@ -488,9 +512,9 @@ class Ladder(object):
             return seen['survey']
         again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
         self.respawning_guest_units |= set(_guest_unit(h) for h in again)
+        named = ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
         self._record(act.Action('watch_respawn', ', '.join(watched), 'came back after %.1f s: %s' % (
-            waited, ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
-            or 'other holders'), False, guest_units=watched), since)
+            waited, named or 'other holders'), False, guest_units=watched), since)
         return seen['survey']
 
     def _stop_containers(self, survey, protected_ids):
@@ -636,7 +660,17 @@ class Ladder(object):
                 self._record(act.Action('stop_unit', unit, result, changed, unit=unit), since)
                 if changed:
                     self.ended_gpus.update(g for t in targets if t['unit'] == unit for g in t['gpus'])
-            if units:
+            # A user's own service goes through her own manager, run as her: it can stop
+            # nothing she could not stop herself.
+            user_units = decide.user_units_to_stop(targets)
+            for uid, unit in user_units:
+                since = self.clock()
+                result, changed = self.actor.stop_user_unit(uid, unit, 0 if self.force else self.term_timeout)
+                self._record(act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid), since)
+                if changed:
+                    self.ended_gpus.update(g for t in targets if (t['owner'].get('uid'), t['owner'].get('unit'))
+                                           == (uid, unit) for g in t['gpus'])
+            if units or user_units:
                 targets = self.actor.alive(targets)
         killed = []
         if not self.force:
@@ -834,7 +868,7 @@ class Ladder(object):
 
 
 def _who(holder):
-    return 'PID %d (%s)' % (holder['pid'], holder['name'])
+    return 'PID %d (%s)' % (holder['pid'], printable(holder['name']))
 
 
 def _unique(holders):

@@ -73,8 +73,8 @@ def _flock_holder(fd, proc_locks='/proc/locks', proc='/proc'):
         try:
             pid = int(fields[4])
             major, minor, inode = fields[5].split(':')
-            same_file = ((int(major, 16), int(minor, 16), int(inode))
-                         == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+            held = (int(major, 16), int(minor, 16), int(inode))
+            same_file = held == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
         except ValueError:
             continue
         if same_file and pid > 0:

@@ -88,7 +88,7 @@ class ProcState(object):
 
     __slots__ = ('pid', 'start_time', 'name', 'cmdline', 'uid', 'user', 'state', 'ppid', 'wchan',
                  'cgroup', 'pidns', 'nspid', 'kthread', 'ignores_sigterm', 'tracer_pid', 'dev_fds',
-                 'dev_maps', 'unreadable')
+                 'dev_maps', 'unreadable', 'uids', 'exe_uid', 'cgroup_uids')
 
     def __init__(self, pid):
         self.pid = pid
@@ -109,6 +109,11 @@ class ProcState(object):
         self.dev_fds = set()
         self.dev_maps = set()
         self.unreadable = []
+        self.uids = None         # (real, effective, saved, filesystem) from status
+        self.exe_uid = None      # owner of the file /proc/PID/exe points to; None unreadable
+        # (hierarchy, cgroup path) -> owner uid of the hierarchy's root directory and of each
+        # directory down the path (None where unreadable): cgroup_dir_uids
+        self.cgroup_uids = None
 
 
 class Snapshot(object):
@@ -277,19 +282,20 @@ def _device_maps(base, pid, node_paths):
 
 
 def _status_fields(raw):
-    """(uid, nspid, ignores_sigterm, tracer_pid or None) from /proc/PID/status text."""
-    uid = nspid = tracer = None
+    """(uids, nspid, ignores_sigterm, tracer_pid or None) from /proc/PID/status text; uids are
+    (real, effective, saved, filesystem)."""
+    uids = nspid = tracer = None
     ignores_sigterm = False
     for line in raw.decode('utf-8', 'replace').splitlines():
         if line.startswith('Uid:'):
-            uid = int(line.split()[1])
+            uids = tuple(int(x) for x in line.split()[1:5])
         elif line.startswith('NSpid:'):
             nspid = [int(x) for x in line.split()[1:]]
         elif line.startswith('SigIgn:'):
             ignores_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
         elif line.startswith('TracerPid:'):
             tracer = int(line.split()[1]) or None
-    return uid, nspid, ignores_sigterm, tracer
+    return uids, nspid, ignores_sigterm, tracer
 
 
 def _fill_details(info, proc):
@@ -316,19 +322,92 @@ def _fill_details(info, proc):
     info.cmdline = cmdline or ''
     status = optional('status', _status_fields)
     if status:
-        info.uid, info.nspid, info.ignores_sigterm, info.tracer_pid = status
+        info.uids, info.nspid, info.ignores_sigterm, info.tracer_pid = status
+        info.uid = info.uids[0] if info.uids else None
+    try:
+        # stat follows the link to the executable itself: who owns the file that runs.
+        info.exe_uid = os.stat(base + '/exe').st_uid
+    except OSError:
+        info.exe_uid = None     # a kernel thread, gone, or not ours to read: never root's
     if info.uid is not None:
         try:
             info.user = pwd.getpwuid(info.uid).pw_name
         except KeyError:
             info.user = str(info.uid)
     info.cgroup = optional('cgroup', lambda raw: raw.decode('utf-8', 'replace')) or ''
+    info.cgroup_uids = cgroup_dir_uids(info.cgroup)
     try:
         info.pidns = os.readlink(base + '/ns/pid')
     except OSError:
         info.unreadable.append('ns/pid')
     if stat.state == 'disk-sleep':
         info.wchan = optional('wchan', lambda raw: raw.decode('utf-8', 'replace').strip() or None)
+
+
+def cgroup_mounts(mountinfo='/proc/self/mountinfo'):
+    """Hierarchy -> where this process sees it mounted: '' for cgroup v2, 'name=systemd', and
+    each v1 controller set ('cpu,cpuacct'), as /proc/PID/cgroup names them. Only mounts of a
+    hierarchy's root ('/'): a path of /proc/PID/cgroup is relative to that root."""
+    mounts = {}
+    try:
+        lines = _read(mountinfo).decode('utf-8', 'replace').splitlines()
+    except OSError:
+        return mounts
+    for line in lines:
+        fields = line.split()
+        if ' - ' not in line or len(fields) < 5 or fields[3] != '/':
+            continue
+        after = line.split(' - ', 1)[1].split()
+        if len(after) < 3 or after[0] not in ('cgroup', 'cgroup2'):
+            continue
+        point = fields[4].replace('\\040', ' ')
+        if after[0] == 'cgroup2':
+            mounts.setdefault('', point)
+            continue
+        options = after[2].split(',')
+        named = [o for o in options if o.startswith('name=')]
+        known = ('cpu', 'cpuacct', 'cpuset', 'memory', 'devices', 'freezer', 'net_cls', 'blkio',
+                 'perf_event', 'net_prio', 'hugetlb', 'pids', 'rdma', 'misc')
+        controllers = [o for o in options if o in known]
+        key = named[0] if named else ','.join(controllers)
+        if key:
+            mounts.setdefault(key, point)
+    return mounts
+
+
+_MOUNTS = {}
+
+
+def cgroup_dir_uids(text, mounts=None):
+    """(hierarchy, path) -> [owner uid of the hierarchy's root directory, then of each
+    directory down the path] for each line of a /proc/PID/cgroup text whose hierarchy is
+    mounted here; None for a directory that could not be read (gone, outside this cgroup
+    namespace). gpu_owner.named_by_root decides from it who named each cgroup."""
+    if mounts is None:
+        if 'mounts' not in _MOUNTS:
+            _MOUNTS['mounts'] = cgroup_mounts()
+        mounts = _MOUNTS['mounts']
+    found = {}
+    for hierarchy, path in gpu_owner.cgroup_entries(text):
+        point = mounts.get(hierarchy)
+        if point is None:
+            continue
+        uids, current = [], point
+        parts = gpu_owner.path_parts(path)
+        for part in [None] + parts:
+            if part in ('.', '..'):
+                uids.append(None)
+                break
+            if part is not None:
+                current = os.path.join(current, part)
+            try:
+                uids.append(os.lstat(current).st_uid)
+            except OSError:
+                uids.append(None)
+                break
+        uids += [None] * (len(parts) + 1 - len(uids))
+        found[(hierarchy, path)] = uids
+    return found
 
 
 def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=(), only_extra=False):
@@ -419,18 +498,62 @@ def ancestors(pid, proc='/proc'):
     return chain
 
 
-def unit_restart_policy(unit, timeout=10):
-    """(Restart=, ActiveState) of a systemd unit, or (None, None) where systemd is not running."""
-    if not unit or not os.path.isdir('/run/systemd/system') or not which('systemctl'):
-        return None, None
+_UNIT_PROPERTIES = ['-p', 'Restart', '-p', 'ActiveState', '-p', 'ControlGroup', '-p', 'MainPID']
+NO_UNIT = (None, None, None, None)
+
+
+def _unit_facts(argv, timeout, **as_user):
     try:
-        out = subprocess.run(['systemctl', 'show', '-p', 'Restart', '-p', 'ActiveState', '--', unit],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                             check=False, universal_newlines=True)
-    except (OSError, subprocess.TimeoutExpired):
-        return None, None
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                             check=False, universal_newlines=True, **as_user)
+    except (OSError, subprocess.SubprocessError):
+        return NO_UNIT
     values = dict(line.split('=', 1) for line in out.stdout.splitlines() if '=' in line)
-    return values.get('Restart'), values.get('ActiveState')
+    main = values.get('MainPID', '')
+    return (values.get('Restart'), values.get('ActiveState'), values.get('ControlGroup') or None,
+            int(main) if main.isdigit() and int(main) > 0 else None)
+
+
+def unit_restart_policy(unit, timeout=10):
+    """(Restart=, ActiveState, ControlGroup, MainPID or None) of a system unit, or Nones where
+    systemd is not running. A name systemd's grammar refuses (a glob) is never passed to
+    systemctl."""
+    if not gpu_owner.valid_unit_name(unit) or not os.path.isdir('/run/systemd/system') \
+            or not which('systemctl'):
+        return NO_UNIT
+    return _unit_facts(['systemctl', 'show'] + _UNIT_PROPERTIES + ['--', unit], timeout)
+
+
+def user_manager_call(uid):
+    """How to reach user `uid`'s own systemd manager: (environment, subprocess keywords that
+    run the command as that user), or None when her manager does not run.
+
+    systemctl runs as the user and talks to her manager's private socket
+    ($XDG_RUNTIME_DIR/systemd/private): it may then do only what she may. `systemctl --user
+    -M USER@` needs her D-Bus session bus (dbus-user-session), which a Debian 12 lab node
+    lacks ("Transport endpoint is not connected", measured); the private socket needs nothing.
+    """
+    try:
+        entry = pwd.getpwuid(uid)
+    except (KeyError, TypeError, OverflowError):
+        return None
+    runtime = '/run/user/%d' % uid
+    if not os.path.exists(runtime + '/systemd/private') or not which('systemctl'):
+        return None
+    env = {'XDG_RUNTIME_DIR': runtime, 'PATH': os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin'),
+           'LANG': 'C'}
+    return env, {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'env': env,
+                 'cwd': '/'}
+
+
+def user_unit_facts(uid, unit, timeout=10):
+    """(Restart=, ActiveState, ControlGroup, MainPID) of a unit of user `uid`'s own manager,
+    asked as that user; Nones when her manager does not run or the name fails systemd's grammar."""
+    call = user_manager_call(uid) if gpu_owner.valid_unit_name(unit) and uid else None
+    if call is None:
+        return NO_UNIT
+    return _unit_facts(['systemctl', '--user', 'show'] + _UNIT_PROPERTIES + ['--', unit], timeout,
+                       **call[1])
 
 
 def runtime_details(owner, timeout=10):
@@ -448,7 +571,16 @@ def runtime_details(owner, timeout=10):
         return {}
     if out.returncode != 0:
         return {}
-    return gpu_owner.parse_inspect(row['parse'], out.stdout)
+    details = gpu_owner.parse_inspect(row['parse'], out.stdout)
+    # The runtime's word that this id is the holder's: the cgroup of the init PID it gives
+    # (gpu_trust.confirm compares its container id with the holder's).
+    pid = details.get('pid')
+    if isinstance(pid, int) and pid > 1:
+        try:
+            details['init_cgroup'] = _read_entry('/proc/%d' % pid, pid, 'cgroup').decode('utf-8', 'replace')
+        except ProcError:
+            pass
+    return details
 
 
 def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False, listed_only=False, deep_when=None):

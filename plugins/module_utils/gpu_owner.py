@@ -4,6 +4,14 @@
 """Owner: what owns a process (a unit, a container, a Kubernetes pod, a guest), from the text
 of /proc/PID/cgroup, and how each container runtime is reached from the command line.
 
+The trust boundary starts here: a cgroup's name is chosen by whoever may write its parent
+directory. A name in a user's delegated subtree (below user@UID.service, Delegate=yes, owned by
+the user in the v2 and name=systemd hierarchies) or below any directory root does not own is
+the user's text: it never makes a pod, a container, a guest or a system unit. Such a process
+is the kind 'user' (`controlled_by` 'user', or 'unknown' where the owners could not be read),
+and its innermost unit name is a candidate for that user's own manager only. gpu_trust
+decides which levers an owner allows.
+
 Pure: parsing and the runtime table only. Running a runtime's CLI is observation
 (gpu_observe.runtime_details) or action (gpu_act); both take their argv from RUNTIMES.
 
@@ -18,11 +26,19 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
+
 # Kinds of owner, from the outside in: a Kubernetes pod is never touched; a container can be
 # stopped through its runtime; a guest (LXC, Proxmox, nspawn) has its own init and services;
 # a service, session or other scope is a systemd unit of this host.
-POD, CONTAINER, GUEST, SERVICE, SESSION, SCOPE, NONE = (
-    'pod', 'container', 'guest', 'service', 'session', 'scope', 'none')
+# 'user': a cgroup a local user controls (see the module doc): never a root lever.
+POD, CONTAINER, GUEST, USER, SERVICE, SESSION, SCOPE, NONE = (
+    'pod', 'container', 'guest', 'user', 'service', 'session', 'scope', 'none')
+# Who chose the names of an owner's cgroup: root alone, a user (`uid`), or unknown (a
+# directory that could not be read, a path outside this cgroup namespace).
+ROOT, BY_USER, UNKNOWN = 'root', 'user', 'unknown'
+# Whose systemd manager a unit belongs to.
+SYSTEM_MANAGER, USER_MANAGER = 'system', 'user'
 
 _HEX64 = r'[0-9a-f]{64}'
 # <runtime prefix>-<id>.scope: the systemd cgroup driver's name for a container's scope.
@@ -40,7 +56,12 @@ _LXC_PAYLOAD = re.compile(r'^lxc\.payload[.-](.+)$')
 _NSPAWN_SCOPE = re.compile(r'^machine-(.+)\.scope$')
 _NSPAWN_SERVICE = re.compile(r'^systemd-nspawn@(.+)\.service$')
 _SESSION_SCOPE = re.compile(r'^session-[^/]+\.scope$')
-_USER_MANAGER = re.compile(r'^user@\d+\.service$')
+_USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
+# systemd's unit-name grammar (unit_name_is_valid, src/basic/unit-name.c) for the two unit types
+# that own processes: [A-Za-z0-9:_.\-] in the prefix, one optional non-empty @instance, at most
+# 255 characters. Nothing else, no glob character (`*?[]`), ever reaches systemctl.
+_VALID_UNIT = re.compile(r'^[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\-]+)?\.(?:service|scope)$')
+UNIT_NAME_MAX = 255
 
 # One row per runtime: the program that reaches it, how to read a container's details
 # (`{id}` and `{namespace}` are filled in), how its output is read, and how to stop one.
@@ -89,30 +110,76 @@ RUNTIMES = {
 
 
 def new_owner(kind, cgroup=None, **fields):
-    """An owner record with every key present (the RETURN documents them all)."""
+    """An owner record with every key present (the RETURN documents them all).
+
+    `controlled_by` (ROOT, BY_USER, UNKNOWN) and `uid` say who chose the cgroup's names;
+    `manager` whose systemd manager `unit` is (SYSTEM_MANAGER, USER_MANAGER, None);
+    `confirmed` whether that manager or the container's runtime confirmed that it owns this
+    cgroup (gpu_trust.confirm; None until asked)."""
     owner = {'kind': kind, 'runtime': None, 'id': None, 'name': None, 'namespace': None,
              'unit': None, 'guest_unit': None, 'pod': None, 'restart_policy': None,
-             'cgroup': cgroup}
+             'cgroup': cgroup, 'controlled_by': ROOT, 'uid': None, 'manager': None,
+             'confirmed': None}
     owner.update(fields)
     return owner
 
 
-def cgroup_paths(text):
-    """The paths of /proc/PID/cgroup, the cgroup v2 one first, then name=systemd, then the v1
-    controllers; '/' and duplicates left out."""
+def valid_unit_name(name):
+    """True when `name` is a service or scope name by systemd's grammar (no glob characters)."""
+    return bool(name) and len(name) <= UNIT_NAME_MAX and bool(_VALID_UNIT.match(name))
+
+
+def cgroup_entries(text):
+    """(hierarchy, path) of each line of /proc/PID/cgroup: hierarchy '' for cgroup v2,
+    'name=systemd', or the v1 controllers ('cpu,cpuacct'); '/' and empty paths left out, the
+    v2 one first, then name=systemd, then the controllers."""
     unified, named, controllers = [], [], []
     for line in (text or '').splitlines():
         parts = line.split(':', 2)
         if len(parts) != 3 or parts[2] in ('', '/'):
             continue
         if parts[0] == '0' and parts[1] == '':
-            unified.append(parts[2])
+            unified.append(('', parts[2]))
         elif parts[1] == 'name=systemd':
-            named.append(parts[2])
+            named.append((parts[1], parts[2]))
         else:
-            controllers.append(parts[2])
+            controllers.append((parts[1], parts[2]))
+    return unified + named + controllers
+
+
+def path_parts(path):
+    return [p for p in path.split('/') if p]
+
+
+def named_by_root(parts, uids=None):
+    """(n, uid): the first n components of a cgroup path were named by root; the one after is
+    named by user `uid` (None: unknown). A component's name is chosen by whoever may write its
+    parent directory: a user's manager (user@UID.service) and any directory root does not own
+    hand their children's names to that user.
+
+    `uids` lists the owner of the hierarchy's root directory and of each component's directory
+    (None where it could not be read), as gpu_observe.cgroup_dir_uids reads them; without it
+    only the user@UID.service rule applies (a pure parse, e.g. of an ancestor's cgroup).
+    """
+    for index, part in enumerate(parts):
+        if part in ('.', '..'):
+            return index, None   # outside this cgroup namespace: nothing here names it
+        if index > 0:
+            found = _USER_MANAGER.match(parts[index - 1])
+            if found:
+                return index, int(found.group(1))
+        if uids is not None:
+            parent = uids[index] if index < len(uids) else None
+            if parent != 0:
+                return index, parent
+    return len(parts), None
+
+
+def cgroup_paths(text):
+    """The paths of /proc/PID/cgroup, the cgroup v2 one first, then name=systemd, then the v1
+    controllers; '/' and duplicates left out."""
     seen, paths = set(), []
-    for path in unified + named + controllers:
+    for _hierarchy, path in cgroup_entries(text):
         if path not in seen:
             seen.add(path)
             paths.append(path)
@@ -137,27 +204,34 @@ def _inner_unit(parts):
 
 
 def _unescape_systemd(text):
-    """machine-<name>.scope escapes '-' in the name as \\x2d."""
-    return re.sub(r'\\x([0-9a-f]{2})', lambda m: chr(int(m.group(1), 16)), text)
+    """machine-<name>.scope escapes '-' in the name as \\x2d. Only printable ASCII is
+    unescaped: \\x0a or \\x1b stays as written, never a control character."""
+    def unescape(found):
+        code = int(found.group(1), 16)
+        return chr(code) if 0x20 < code < 0x7f else found.group(0)
+    return re.sub(r'\\x([0-9a-f]{2})', unescape, text)
 
 
-def owner_from_path(path):
+def owner_from_path(path, uids=None):
     """The owner that a single cgroup path names, outermost first: a pod, a container or a
-    guest found in the path owns everything below it (a docker container inside an LXC guest
-    belongs to the guest, as far as this host can reach it)."""
-    parts = [p for p in path.split('/') if p]
-    for index, part in enumerate(parts):
+    guest found in the part of the path root named owns everything below it (a docker
+    container inside an LXC guest belongs to the guest, as far as this host can reach it).
+    Below where a user names the cgroups (named_by_root), the owner is that user's."""
+    parts = path_parts(path)
+    trusted, uid = named_by_root(parts, uids)
+    for index, part in enumerate(parts[:trusted]):
         rest = parts[index + 1:]
         if part == 'kubepods' or part.startswith('kubepods'):
-            return _pod_owner(parts, index, path)
+            return _pod_owner(parts[:trusted], index, path)
         found = _CONTAINER_SCOPE.match(part)
         if found:
             runtime = _SCOPE_RUNTIME[found.group(1)]
             return new_owner(CONTAINER, path, runtime=runtime, id=found.group(2), unit=part,
+                             manager=SYSTEM_MANAGER,
                              namespace='default' if runtime == 'containerd' else None,
                              guest_unit=_inner_unit(rest))
         if _MONITOR_SCOPE.match(part):
-            return new_owner(SCOPE, path, unit=part)
+            return new_owner(SCOPE, path, unit=part, manager=SYSTEM_MANAGER)
         found = _PODMAN_CGROUPFS.match(part)
         if found:
             return new_owner(CONTAINER, path, runtime='podman', id=found.group(1))
@@ -167,8 +241,27 @@ def owner_from_path(path):
         guest = _guest_owner(parts, index, path)
         if guest:
             return guest
+    if trusted < len(parts):
+        return _user_owner(parts[trusted:], uid, path)
     kind, unit = _unit_in(parts)
-    return new_owner(kind, path, unit=unit, runtime='systemd' if unit else None)
+    if unit and not valid_unit_name(unit):
+        kind, unit = NONE, None
+    return new_owner(kind, path, unit=unit, runtime='systemd' if unit else None,
+                     manager=SYSTEM_MANAGER if unit else None)
+
+
+def _user_owner(user_parts, uid, path):
+    """A cgroup a user named: its innermost service or scope that passes systemd's grammar is a
+    candidate unit of that user's manager (when the user is known), nothing more."""
+    unit = None
+    for part in reversed(user_parts):
+        if part.endswith(('.service', '.scope')):
+            unit = part if valid_unit_name(part) else None
+            break
+    known = uid is not None
+    return new_owner(USER, path, unit=unit if known else None, uid=uid,
+                     controlled_by=BY_USER if known else UNKNOWN,
+                     manager=USER_MANAGER if known and unit else None)
 
 
 def _cgroupfs_container(parent, container_id, path):
@@ -194,7 +287,7 @@ def _guest_owner(parts, index, path):
     if found and not part.startswith('machine-qemu'):
         inner = rest[1:] if rest[:1] == ['payload'] else rest
         return new_owner(GUEST, path, runtime='systemd-nspawn', id=_unescape_systemd(found.group(1)),
-                         unit=part, guest_unit=_inner_unit(inner))
+                         unit=part, manager=SYSTEM_MANAGER, guest_unit=_inner_unit(inner))
     if part == 'payload':
         # systemd-nspawn --keep-unit splits the cgroup it was started in into "payload" (the
         # guest's tree) and "supervisor" (itself): below the root when started outside any
@@ -236,19 +329,32 @@ def _pod_owner(parts, index, path):
                      pod={'namespace': None, 'name': None, 'uid': uid})
 
 
-_RANK = {POD: 0, CONTAINER: 1, GUEST: 2, SERVICE: 3, SESSION: 4, SCOPE: 5, NONE: 6}
+_RANK = {POD: 0, CONTAINER: 1, GUEST: 2, USER: 3, SERVICE: 4, SESSION: 5, SCOPE: 6, NONE: 7}
 
 
-def owner_from_cgroup(text):
+def owner_from_cgroup(text, dir_uids=None):
     """The owner of a process from the text of its /proc/PID/cgroup (v1, v2 or hybrid).
 
     Every path is read: on a cgroup v1 host the container may show in the controllers' paths
-    only, and a pod anywhere makes the process the kubelet's.
+    only, and a pod anywhere root named makes the process the kubelet's. A path a user named
+    in any hierarchy ranks before every unit: the user's text never makes a system unit.
+
+    `dir_uids` maps (hierarchy, path) to the owners of its directories
+    (gpu_observe.cgroup_dir_uids); a path without an entry is judged by the user@UID rule alone.
     """
-    owners = [owner_from_path(path) for path in cgroup_paths(text)]
+    dir_uids = dir_uids or {}
+    owners, seen = [], set()
+    for hierarchy, path in cgroup_entries(text):
+        uids = dir_uids.get((hierarchy, path))
+        key = (path, tuple(uids) if uids is not None else None)
+        if key not in seen:
+            seen.add(key)
+            owners.append(owner_from_path(path, uids))
     if not owners:
         return new_owner(NONE)
-    return sorted(owners, key=lambda o: _RANK[o['kind']])[0]
+    # A path a user named, in any hierarchy, makes the process hers whatever the others say;
+    # a path whose names could not be read ranks with her kind, after pods, containers, guests.
+    return sorted(owners, key=lambda o: (o['controlled_by'] != BY_USER, _RANK[o['kind']]))[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +402,9 @@ def _parse_docker(data):
     entry = data[0] if isinstance(data, list) else data
     policy = ((entry.get('HostConfig') or {}).get('RestartPolicy') or {}).get('Name') or None
     details = {'name': (entry.get('Name') or '').lstrip('/') or None, 'restart_policy': policy}
+    pid = (entry.get('State') or {}).get('Pid')
+    if isinstance(pid, int) and pid > 0:
+        details['pid'] = pid      # the container's init, as the host sees it
     pod = _pod_from_labels((entry.get('Config') or {}).get('Labels'))
     if pod:
         details['pod'] = pod
@@ -305,6 +414,9 @@ def _parse_docker(data):
 def _parse_crictl(data):
     status = data.get('status') or {}
     details = {'name': (status.get('metadata') or {}).get('name')}
+    pid = (data.get('info') or {}).get('pid')
+    if isinstance(pid, int) and pid > 0:
+        details['pid'] = pid
     pod = _pod_from_labels(status.get('labels'))
     if pod:
         details['pod'] = pod
@@ -320,26 +432,33 @@ def _parse_pct(text):
 
 
 def describe(owner):
-    """A short phrase naming the owner, for messages: 'podman container sglang (3f2a1b0c4d5e)'."""
+    """A short phrase naming the owner, for messages: 'podman container sglang (3f2a1b0c4d5e)'.
+    Names that users or runtimes chose are escaped (gpu_text.printable)."""
     kind = owner['kind']
-    short = (owner['id'] or '')[:12]
+    short = printable((owner['id'] or '')[:12])
+    name = printable(owner['name'])
     if kind == POD:
         pod = owner['pod'] or {}
         if pod.get('name'):
-            return 'Kubernetes pod %s/%s (uid %s)' % (pod.get('namespace'), pod['name'], pod.get('uid'))
-        return 'Kubernetes pod uid %s' % (pod.get('uid') or 'unknown')
+            return 'Kubernetes pod %s/%s (uid %s)' % (
+                printable(pod.get('namespace')), printable(pod['name']), printable(pod.get('uid')))
+        return 'Kubernetes pod uid %s' % (printable(pod.get('uid')) or 'unknown')
     if kind == CONTAINER:
-        named = '%s (%s)' % (owner['name'], short) if owner['name'] else short
+        named = '%s (%s)' % (name, short) if name else short
         return '%s container %s' % (owner['runtime'], named)
     if kind == GUEST:
         label = {'proxmox': 'Proxmox guest', 'lxc': 'LXC guest',
                  'systemd-nspawn': 'systemd-nspawn guest'}.get(owner['runtime'], 'guest')
         if owner['runtime'] == 'proxmox':
-            ident = owner['id'] + (' (%s)' % owner['name'] if owner['name'] else '')
+            ident = printable(owner['id']) + (' (%s)' % name if name else '')
         else:
-            ident = owner['id'] or owner['name'] or '(unnamed, cgroup %s)' % owner['cgroup']
-        inside = ', unit %s inside it' % owner['guest_unit'] if owner['guest_unit'] else ''
+            ident = printable(owner['id'] or owner['name']) or '(unnamed, cgroup %s)' % printable(owner['cgroup'])
+        inside = ', unit %s inside it' % printable(owner['guest_unit']) if owner['guest_unit'] else ''
         return '%s %s%s' % (label, ident, inside)
+    if kind == USER:
+        who = 'user %d' % owner['uid'] if owner['uid'] is not None else 'a user'
+        unit = ' (unit %s of that user\'s manager)' % owner['unit'] if owner['unit'] else ''
+        return 'a cgroup %s controls, %s%s' % (who, printable(owner['cgroup']), unit)
     if owner['unit']:
-        return '%s %s' % (kind, owner['unit'])
+        return '%s %s' % (kind, printable(owner['unit']))
     return 'no unit or container'

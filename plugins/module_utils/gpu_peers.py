@@ -15,6 +15,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
+
 
 def peer_gpus_of(evidence, listed, context_gpus, orphaned):
     """GPUs where a process maps peer memory: it maps the GPU's node, NVML charges that GPU's
@@ -38,12 +40,13 @@ _COMM_LEN = 15
 
 def title(holder):
     """The process title as the operator knows it: the kernel cuts /proc/PID/comm at 15
-    characters ('sglang::schedul'), so a cut name is completed from the command line."""
+    characters ('sglang::schedul'), so a cut name is completed from the command line. Control
+    characters are escaped (gpu_text.printable): it goes into sentences."""
     name = holder['name']
     first = (holder.get('cmdline') or '').split(' ', 1)[0]
     if len(name) == _COMM_LEN and first.startswith(name):
-        return first
-    return name
+        return printable(first)
+    return printable(name)
 
 
 def peer_lever(holder, index):

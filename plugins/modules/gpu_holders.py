@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_holders
 short_description: Find every process holding each NVIDIA GPU, by the resource, not by name
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Reads NVML (through nvidia-ml-py) for each GPU's memory and the contexts the driver lists,
     and C(/proc) for every process that has a per-GPU device node (C(/dev/nvidia<minor>)) open
@@ -32,6 +32,12 @@ description:
     Kubernetes pod, the init of a container or guest, this module and the session that runs
     it, GPU and cluster infrastructure such as nvidia-persistenced, nv-hostengine, dcgm-exporter, nv-fabricmanager, Xorg, MPS, slurmstepd, orted, plus
     O(protect)).
+  - Protection is by identity, never by what a local user can make. A pod counts only in the
+    kubelet's cgroups root named; a container's init only when its runtime's inspect gives that
+    init (a guest's init where root named the guest's cgroup), never the PID 1 of a namespace
+    any user can make; an infrastructure name only for a process running as root from a
+    root-owned executable, in a confirmed system unit never stopped, or that systemd names the
+    main process of one (a user's manager). A user's holder titled C(sshd) is not protected.
   - Explains in RV(diagnosis) what a process list cannot show, such as memory held by no visible
     process, NVML PIDs that do not exist here, D-state holders, zombies, holders whose
     systemd unit would restart them, and peer memory (NCCL, CUDA IPC) that a process with its
@@ -203,7 +209,8 @@ holders:
       type: str
       returned: success
     unit:
-      description: "systemd unit owning it (from /proc/PID/cgroup), or null."
+      description: "The system manager's unit owning it (from /proc/PID/cgroup), or null; a unit
+        of a user's own manager is in RV(holders[].owner.unit) with owner.manager C(user)."
       type: str
       returned: success
     unit_restart:
@@ -257,7 +264,9 @@ holders:
       contains:
         kind:
           description: "pod (Kubernetes; never signalled), container, guest (LXC, Proxmox, systemd-nspawn),
-            service, session, scope (another systemd scope, or a unit of a user's own manager) or none."
+            user (a cgroup a local user named: her delegated subtree below user@UID.service, or below
+            a directory root does not own; never a system unit, container or pod), service, session,
+            scope (another systemd scope) or none."
           type: str
         runtime:
           description: "docker, podman, containerd (nerdctl, ctr), cri-containerd, cri-o, lxc, proxmox,
@@ -274,8 +283,27 @@ holders:
           type: str
         unit:
           description: "This host's systemd unit owning it (a service, session, scope or the
-            container's scope), or null; a guest's own units are never this host's."
+            container's scope), or for kind user the innermost service or scope of that user's own
+            manager, or null; a guest's own units are never this host's. Only names that pass
+            systemd's unit-name grammar (no glob characters)."
           type: str
+        manager:
+          description: "Whose systemd manager C(unit) belongs to: system, user (the manager of user
+            C(uid)), or null."
+          type: str
+        controlled_by:
+          description: "Who named the cgroup: root, user (user C(uid); its names choose no root lever
+            and no shield), or unknown (a directory that could not be read: treated like user)."
+          type: str
+        uid:
+          description: "For controlled_by user, the user who named the cgroup, else null."
+          type: int
+        confirmed:
+          description: "Whether the unit's manager confirmed that its C(ControlGroup) is this cgroup
+            (systemctl show), or, for a container, its runtime gave an init PID in this container;
+            null when there is nothing to confirm. A system unit or a container is stopped only
+            when confirmed."
+          type: bool
         guest_unit:
           description: "The unit inside a guest or container that runs it (e.g. sglang.service in an
             LXC guest), or null."
@@ -293,7 +321,8 @@ holders:
           type: str
       sample: {kind: container, runtime: podman, id: 9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b,
                name: sglang, namespace: null, unit: libpod-9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b.scope,
-               guest_unit: null, pod: null, restart_policy: always,
+               guest_unit: null, pod: null, restart_policy: always, controlled_by: root, uid: null,
+               manager: system, confirmed: true,
                cgroup: /machine.slice/libpod-9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b.scope}
     ignores_sigterm:
       description: "Its signal mask ignores SIGTERM (SigIgn), so only SIGKILL ends it."

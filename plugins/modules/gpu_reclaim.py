@@ -11,13 +11,21 @@ DOCUMENTATION = r"""
 ---
 module: gpu_reclaim
 short_description: Free NVIDIA GPUs by escalating from unit stop to SIGKILL, and prove the memory is back
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - Finds the holders of the selected GPUs (O(gpus)) exactly as M(gpuops.reclaim.gpu_holders)
     does, then escalates on them only; processes that hold only other GPUs are never touched
   - 0. stops the container that owns a holder through its runtime (O(stop_containers));
   - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
-    bring it back;
+    bring it back; a unit of a user's own manager is stopped through that manager, as that user;
+  - Levers and shields follow a trust boundary. Only cgroups root named choose a system unit
+    stop, a runtime stop, or a pod's or container init's protection; a cgroup in a user's
+    delegated subtree (below C(user@UID.service)) or below a directory root does not own names
+    at most that user's own processes and units. A unit counts only when systemd confirms that
+    its C(ControlGroup) is the holder's cgroup and its name passes systemd's unit-name grammar
+    (no glob reaches systemctl); a container only when its runtime's inspect gives an init PID
+    in the holder's container. Process names, command lines and PID namespaces shield nothing
+    by themselves (see M(gpuops.reclaim.gpu_holders)).
   - 2. sends SIGTERM (and SIGCONT right after it to a stopped holder, as systemd does) and waits
     up to O(term_timeout), returning as soon as they are gone; a process whose signal mask
     ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)), or that a tracer holds stopped, gets
@@ -81,6 +89,9 @@ options:
   stop_units:
     description:
       - Stop the systemd service unit that owns a holder instead of fighting its C(Restart=).
+      - Only a system unit whose cgroup root named and whose C(ControlGroup) systemd confirms is
+        the holder's; a user's own service (in her delegated subtree, confirmed by her manager) is
+        stopped as her, through her manager (C(systemctl --user stop) on its private socket).
       - Units of this module's own session and infrastructure units (ssh, dbus, dcgm, ...)
         are never stopped.
     type: bool
@@ -92,11 +103,13 @@ options:
         the grace, 0 with O(force)), before any signal, so its restart policy cannot bring the
         holder back and a container's PID 1 holding a GPU is reached. Containers are never
         removed.
-      - The owner is read from C(/proc/PID/cgroup); the runtime's CLI must be on the host.
+      - The owner is read from C(/proc/PID/cgroup), in cgroups root named only; the runtime's
+        CLI must be on the host and its inspect must give an init PID in that container (a
+        container id a user wrote into her own cgroup names is never stopped).
       - A Kubernetes pod's processes are never signalled and its containers never stopped; the
         failure names the pod and says to delete or evict it.
-      - A container's PID 1 whose runtime is unknown or not on this host stays protected; the
-        failure names the container and the lever.
+      - A container's PID 1 is protected only when its runtime confirms the container (or it is
+        a guest's init); the PID 1 of a namespace any user can make (C(unshare -Urpf)) is not.
       - With V(false), a holder whose container restarts it (its runtime reports a restart
         policy) is left alone, since killing it would only bring it back, and the failure names
         the container.
@@ -215,7 +228,8 @@ actions:
   contains:
     step:
       description:
-        - "stop_container, stop_unit, sigterm, sigcont (right after SIGTERM, to a stopped holder), sigkill,
+        - "stop_container, stop_unit, stop_user_unit (a unit of a user's own manager, stopped as that
+          user), sigterm, sigcont (right after SIGTERM, to a stopped holder), sigkill,
           unreachable, rescan, respawn (a live parent started a new holder after its child was ended),
           settle (the live parents watched before calling the GPUs free), watch_respawn (after killing
           a guest's service from its host, whether the guest's systemd started it again), wait_release,
@@ -262,9 +276,13 @@ actions:
       elements: int
       returned: for signal and wait_release steps
     unit:
-      description: "The unit, for stop_unit."
+      description: "The unit, for stop_unit and stop_user_unit."
       type: str
       returned: when a unit is concerned
+    uid:
+      description: "The user whose own manager stopped the unit, for stop_user_unit."
+      type: int
+      returned: for stop_user_unit
     container:
       description: "The container id, for stop_container."
       type: str

@@ -580,19 +580,19 @@ def s10_container_init(ctx):
               h is not None and 0 in (h.get('context_gpus') or []), h and h.get('context_gpus'))
     ctx.check('it is reported in another PID namespace', h is not None and h.get('other_pid_namespace') is True,
               h and h.get('other_pid_namespace'))
-    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0], release_timeout=3))
+    # Issue 22: any user can make a PID namespace (unshare -Urpf needs no privilege), so being PID 1
+    # of one shields nothing; only a container its runtime confirms is reached through the runtime.
+    ctx.check('no container runtime confirms it, so it is not protected', h is not None and not h.get('protected'),
+              h and h.get('protected_reason'))
+    started_at = time.monotonic()
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0]))
     ctx.num('reclaim_rc', call['rc'])
     ctx.num('reclaim_msg', res.get('msg'))
     ctx.num('reclaim_actions', _actions(res))
-    ctx.num('reclaim_remaining', [dict((k, r.get(k)) for k in ('pid', 'name', 'reason'))
-                                  for r in res.get('remaining') or []])
-    ctx.check('the container init (no runtime to stop it through) was never signalled', not _signalled(res, pid),
-              _actions(res))
-    ctx.check('it is alive', alive(pid))
-    ctx.check('gpu_reclaim fails naming it', res.get('failed') is True and str(pid) in (res.get('msg') or ''),
-              res.get('msg'))
-    advice = _advises_reset([res.get('msg') or ''] + list(seen.get('diagnosis') or []))
-    ctx.check('no reset or reboot advice for a process it can see', not advice, advice)
+    ctx.check('gpu_reclaim signals the namespace init (its host PID) and frees GPU 0',
+              'sigterm' in _signalled(res, pid) and res.get('free') is True and not res.get('failed'),
+              {'actions': _actions(res), 'msg': res.get('msg')})
+    _verify_free_after(ctx, [0], [pid], started_at)
 
 
 # --- 11 ---------------------------------------------------------------------------------------------------
@@ -751,7 +751,7 @@ SCENARIOS = [
      'frees it', s8_nccl_peer_memory, 150, True, 2),
     ('s9', 'a SIGSTOPped holder gets SIGCONT with SIGTERM and exits on it (term_timeout 10 not waited out)',
      s9_stopped_holder, 90, True, 1),
-    ('s10', 'container-style holder: PID 1 of its own PID namespace (unshare --pid --fork), no runtime',
+    ('s10', 'PID 1 of its own PID namespace (unshare --pid --fork), no runtime: not a shield, freed',
      s10_container_init, 90, True, 1),
     ('s11', 'default targeting: gpu_reclaim with no match and no gpus frees the run\'s holders, signals nothing else',
      s11_default_targets, 90, True, 1),

@@ -13,9 +13,10 @@ import tarfile
 
 import yaml
 
-SHIPPED_TOP = {"FILES.json", "MANIFEST.json", "LICENSE", "README.md",
+SHIPPED_TOP = {"FILES.json", "MANIFEST.json", "LICENSE", "README.md", "CHANGELOG.rst",
                "changelogs", "meta", "playbooks", "plugins", "roles"}
-REQUIRED = {"LICENSE", "README.md", "meta/runtime.yml", "meta/execution-environment.yml"}
+REQUIRED = {"LICENSE", "README.md", "CHANGELOG.rst", "changelogs/changelog.yaml", "meta/runtime.yml",
+            "meta/execution-environment.yml"}
 NEVER = ("__pycache__", ".pyc", ".c", ".o", ".so", ".so.1")
 
 

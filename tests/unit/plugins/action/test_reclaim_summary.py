@@ -1,4 +1,6 @@
 """The run summary's per-host record (action reclaim_summary): pure function over host variables."""
+import json
+
 from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record, host_report
 
 # The same gpu_reclaim result the report's tests read.
@@ -21,7 +23,7 @@ def test_summary_record_of_a_failed_server_and_of_an_unreachable_host():
                           "inference_service_info": {"max_total_num_tokens": 116000}})
     assert record["status"] == "failed" and record["failure"] == failure
     assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000,
-                                "restart_reasons": [], "gpus_reclaim": None}
+                                "restart_reasons": [], "adoption": None, "gpus_reclaim": None, "strays_reclaim": None}
     assert record["changed"] is False
     assert host_record({})["status"] == "no result (unreachable)"
 
@@ -71,3 +73,70 @@ def test_summary_record_of_a_converged_server_host_keeps_both_reclaims_and_says_
     converged = host_record({"reclaim__strays_result": dict(strays, changed=False), "gpus_free_result": server_gpus,
                              "inference_service_name": "sglang", "inference_service__reasons": []})
     assert converged["changed"] is False
+
+
+# What adopt.py printed (registered by the role as inference_service__adopted) after it moved
+# a hand-started TP-2 server's orphaned ranks into a scope and stopped it.
+ADOPTED = {"changed": True, "stdout": json.dumps({
+    "scope": "sglang-adopted", "stopped": True, "seconds": 0.41, "skipped": [], "left": [], "error": None,
+    "procs": [{"pid": 301, "name": "sglang::schedul", "cmdline": "sglang::scheduler_TP0", "root": True},
+              {"pid": 302, "name": "sglang::schedul", "cmdline": "sglang::scheduler_TP1", "root": True}]})}
+SERVER = {"inference_service_name": "sglang", "inference_service_flags": {"tp_size": 2},
+          "inference_service_gpus": ["0", "1"]}
+# Play 1 excluded both GPUs (the server's): it selected none and did nothing.
+NO_STRAYS = {"changed": False, "before": [], "after": [], "actions": [], "elapsed_s": 0.003}
+
+
+def test_an_adopting_run_records_each_process_adoption_ended_and_its_table_says_so():
+    # The role's own reclaim found the GPUs free: adoption had ended the ranks already.
+    server_gpus = dict(RESULT, changed=False, actions=[])
+    host = dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=server_gpus,
+                inference_service__adopted=ADOPTED, inference_service__reasons=["flags or unit changed"])
+    record = host_record(host)
+    adoption = record["server"]["adoption"]
+    assert [(a["step"], a["pid"], a["unit"]) for a in adoption["actions"]] == [
+        ("adopt_stop", 301, "sglang-adopted"), ("adopt_stop", 302, "sglang-adopted")]
+    assert adoption["actions"][0]["result"] == "ended by the stop of sglang-adopted in 0.41 s"
+    assert record["changed"] is True
+    lines = host_report("g", host, record, False)
+    assert not any("no GPU to free" in line for line in lines), lines
+    assert lines[0] == "g: == no GPU outside sglang's (GPU 0,1) to free =="
+    assert lines[1] == "g: == sglang: adopted a hand-started server, 2 process(es) ended by stopping sglang-adopted in 0.41 s =="
+    assert lines[2] == "g:   adopt_stop PID 301 sglang::schedul: ended by the stop of sglang-adopted in 0.41 s"
+
+
+def test_a_process_adoption_left_alive_is_not_called_ended():
+    out = json.loads(ADOPTED["stdout"])
+    out.update(left=[302], stopped=False)
+    record = host_record(dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None,
+                              inference_service__adopted={"stdout": json.dumps(out)}))
+    results = [a["result"] for a in record["server"]["adoption"]["actions"]]
+    assert results[1] == "still alive after the stop of sglang-adopted (left to the GPU reclaim)"
+    assert "1 process(es) ended" in host_report("h", dict(SERVER, reclaim__strays_result=NO_STRAYS), record, False)[1]
+
+
+def test_a_run_refused_before_it_touched_anything_records_changed_false():
+    # reclaim.yml empties gpus_free_result after keeping the stray reclaim; the role refused a
+    # misspelled flag in its preflight, so it never reclaimed, adopted or restarted.
+    failure = {"stage": "restart", "task": "Refuse flags the engine does not know", "msg": "... Nothing was changed."}
+    host = dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None, reclaim__failure=failure,
+                inference_service__reasons=["flags or unit changed"],
+                inference_service__adopted={"changed": False, "skipped": True})
+    record = host_record(host)
+    assert record["changed"] is False and record["status"] == "failed"
+    assert record["server"]["gpus_reclaim"] is None and record["server"]["adoption"] is None
+    # The same host in check mode is drift: its server needs a restart.
+    assert host_record(host, check_mode=True)["changed"] is True
+
+
+def test_strays_freed_beside_a_healthy_server_are_recorded_and_shown():
+    beside = dict(RESULT, actions=[dict(RESULT["actions"][0], pid=5151)])
+    host = dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None, inference_service__reasons=[],
+                inference_service__strays_freed=beside)
+    record = host_record(host)
+    assert [a["pid"] for a in record["server"]["strays_reclaim"]["actions"]] == [5151]
+    assert record["changed"] is True and record["server"]["gpus_reclaim"] is None
+    lines = host_report("i", host, record, False)
+    assert "i: == Strays beside sglang in 0.21 s ==" in lines and any("sigterm 5151 " in line for line in lines)
+    skipped = dict(host, inference_service__strays_freed={"changed": False, "skipped": True})
+    assert host_record(skipped)["changed"] is False and host_record(skipped)["server"]["strays_reclaim"] is None

@@ -35,6 +35,9 @@ def proc(pid, name='python3', fds=(), maps=(), state='sleeping', ppid=1, cmdline
     p.nspid = nspid or [pid]
     p.kthread = kthread
     p.user = 'root'
+    p.uid = 0
+    p.uids = (0, 0, 0, 0)
+    p.exe_uid = 0          # a root process started from a root-owned executable
     p.dev_fds = set(fds)
     p.dev_maps = set(maps)
     return p
@@ -47,3 +50,19 @@ def snap(gpus, procs, missing=(), own_pid=99999):
 
 
 CTX = ('/dev/nvidia0', '/dev/nvidiactl', '/dev/nvidia-uvm')
+
+
+def runtime_confirms(cgroup_text, init_pid=4242):
+    """The facts a container runtime gives when it confirms the container of `cgroup_text` is
+    the holder's: its inspect names an init PID whose /proc/PID/cgroup is that container's
+    (gpu_trust.confirm)."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+    owner = gpu_owner.owner_from_cgroup(cgroup_text)
+    return {'runtimes': {(owner['runtime'], owner['id']): {'pid': init_pid, 'init_cgroup': cgroup_text}}}
+
+
+def systemd_confirms(*cgroups, **kwargs):
+    """System unit facts (Restart, ActiveState, ControlGroup) for units at these cgroup paths,
+    as `systemctl show` answers for a loaded unit."""
+    restart = kwargs.get('restart', 'no')
+    return dict((path.rstrip('/').rsplit('/', 1)[-1], (restart, 'active', path)) for path in cgroups)

@@ -4,8 +4,10 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -57,9 +59,20 @@ def test_read_access_as_root_and_as_nobody():
     as_root = subprocess.run([sys.executable, '-c', PROBE], env=env, capture_output=True, text=True,
                              check=True).stdout.split()
     assert as_root == ['0', 'root', 'False']
-    # The system python: the venv's interpreter may live under /root, out of nobody's reach.
-    as_nobody = subprocess.run(['/usr/bin/python3', '-c', PROBE], env=env, capture_output=True, text=True,
-                               check=True, user='nobody', cwd='/').stdout.split()
+    # nobody runs the system python (the venv's may live under /root, out of its reach) on a
+    # copy of gpu_access in a tree it may read: the checkout may sit in a 0700 directory
+    # (/root's clones), where nobody cannot import the collection, and so may pytest's own
+    # tmp_path (/tmp/pytest-of-root is 0700). gpu_access needs only the standard library.
+    with tempfile.TemporaryDirectory(prefix='gpuops-nobody-') as readable:
+        package = os.path.join(readable, 'ansible_collections', 'gpuops', 'reclaim', 'plugins', 'module_utils')
+        os.makedirs(package)
+        shutil.copy(access.__file__, os.path.join(package, 'gpu_access.py'))
+        for top, dirs, files in os.walk(readable):
+            os.chmod(top, 0o755)
+            for name in files:
+                os.chmod(os.path.join(top, name), 0o644)
+        as_nobody = subprocess.run(['/usr/bin/python3', '-c', PROBE], env=dict(os.environ, PYTHONPATH=readable),
+                                   capture_output=True, text=True, check=True, user='nobody', cwd='/').stdout.split()
     assert as_nobody[1:] == ['nobody', 'True']
 
 

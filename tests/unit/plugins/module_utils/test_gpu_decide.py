@@ -9,11 +9,11 @@ import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 
-from .observations import CTX, NVIDIA, OWN_NS, gpu, proc, snap
+from .observations import CTX, NVIDIA, OWN_NS, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 
-def classify(s, patterns=(), own_tree=frozenset(), units=None):
-    return decide.classify(s, [re.compile(p) for p in patterns], set(own_tree), units)
+def classify(s, patterns=(), own_tree=frozenset(), units=None, facts=None):
+    return decide.classify(s, [re.compile(p) for p in patterns], set(own_tree), units, facts=facts)
 
 
 def test_mapping_is_a_context_fd_only_is_a_handle_shared_nodes_are_clients():
@@ -102,11 +102,13 @@ def test_init_kernel_threads_own_tree_container_init_and_user_patterns_are_prote
         proc(1, name='systemd', fds=CTX, maps=CTX),
         proc(2, name='kthreadd', fds=CTX, maps=CTX, kthread=True),
         proc(30, name='bash', fds=CTX, maps=CTX),
-        proc(40, name='init', cmdline='/sbin/my-init', fds=CTX, maps=CTX, nspid=[40, 1]),
+        proc(40, name='init', cmdline='/sbin/my-init', fds=CTX, maps=CTX, nspid=[40, 1],
+             cgroup='0::/machine.slice/libpod-%s.scope' % CID),
         proc(50, name='jupyter', cmdline='jupyter-lab --port 8888', fds=CTX, maps=CTX),
         proc(60, name='python3', fds=CTX, maps=CTX),
     ])
-    holders, _unused, _unused = classify(s, patterns=['^jupyter'], own_tree={30})
+    holders, _unused, _unused = classify(s, patterns=['^jupyter'], own_tree={30},
+                                         facts=runtime_confirms('0::/machine.slice/libpod-%s.scope' % CID))
     reasons = dict((h['pid'], h['protected_reason']) for h in holders)
     assert 'init process' in reasons[1]
     assert reasons[2] == 'kernel thread'
@@ -241,7 +243,11 @@ def test_units_to_stop_skips_scopes_infrastructure_and_own_session_units():
         mk(17, '/system.slice/run-r1b2c3.scope'),                      # a transient scope (systemd-run --scope)
         proc(14, fds=CTX, maps=CTX, cgroup=''),                        # no unit at all
     ])
-    holders, _unused, _unused = classify(s)
+    # systemd confirms every service (its ControlGroup is the holder's cgroup): what is left out
+    # is left out by the rule, not for want of confirmation.
+    holders, _unused, _unused = classify(s, units=systemd_confirms(
+        '/system.slice/sglang.service', '/system.slice/ssh.service', '/system.slice/ansible-pull.service',
+        '/system.slice/nvidia-persistenced.service'))
     assert sorted(h['unit'] for h in holders if h['unit']) == sorted([
         'sglang.service', 'ssh.service', 'ansible-pull.service', 'sglang.service', 'nvidia-persistenced.service',
         'session-4.scope', 'run-r1b2c3.scope'])
@@ -300,27 +306,44 @@ def test_a_zombie_leader_with_live_threads_is_a_target_not_left_for_a_parent():
     assert 'zombie leader' in text and 'must reap' not in text and 'no such process' not in text
 
 
-def test_a_container_init_holding_a_gpu_is_explained_not_targeted():
+def test_a_pid_namespace_init_no_runtime_confirms_is_a_target_not_a_container_init():
+    # `unshare -Urpf --mount-proc` needs no privilege and makes its command PID 1 of a new PID
+    # namespace: being such an init shields nothing unless a runtime confirms the container.
     s = snap([gpu(5, used=900, processes=[(40, 900)])],
              [proc(40, name='fakegpu', fds=CTX, maps=CTX, nspid=[40, 1], pidns='pid:[999]')])
     s.procs[40].dev_fds = {'/dev/nvidia5'}
     s.procs[40].dev_maps = {'/dev/nvidia5'}
     holders, _unused, _unused = classify(s)
-    assert decide.plan_targets(holders, [5], [])[0] == []
+    assert holders[0]['protected'] is False
+    assert [t['pid'] for t in decide.plan_targets(holders, [5], [])[0]] == [40]
     text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [5], 128)))
-    assert 'PID 40 (fakegpu) holds GPU 5: it is the init of a container (cgroup /user.slice/session-1.scope)' in text
-    assert 'runtime this module cannot reach' in text and 'from the host around it' in text
+    assert 'init of' not in text and 'another PID namespace' in text
+
+
+def test_a_container_init_whose_runtime_does_not_confirm_it_is_no_shield():
+    # A docker-<id>.scope root named, but the runtime gives another container's init (or none):
+    # the id is not the holder's, so it neither shields the init nor gets a `docker stop`.
+    cgroup = '0::/system.slice/docker-%s.scope\n' % CID
+    other = runtime_confirms('0::/system.slice/docker-%s.scope\n' % CID2)
+    other['runtimes'] = {('docker', CID): list(other['runtimes'].values())[0]}
+    for facts in (None, other):
+        s, holders = held_by(cgroup, nspid=[50, 1], facts=facts)
+        assert holders[0]['owner']['confirmed'] is False
+        assert holders[0]['protected'] is False
+        assert decide.stoppable_container(holders[0]) is None
+        assert decide.containers_to_stop(holders, [3], []) == []
 
 
 CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
+CID2 = '34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376'
 POD_UID = '74c13223-5a00-11e9-b385-42010a80018d'
 
 
-def held_by(cgroup, nspid=None, name='sglang'):
+def held_by(cgroup, nspid=None, name='sglang', facts=None):
     s = snap([gpu(3, used=1500, processes=[(50, 1500)])],
              [proc(50, name=name, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'], cgroup=cgroup,
                    nspid=nspid, pidns='pid:[999]' if nspid else OWN_NS)])
-    holders = classify(s)[0]
+    holders = classify(s, facts=facts)[0]
     return s, holders
 
 
@@ -337,7 +360,8 @@ def test_a_pod_process_is_protected_and_named_with_the_pod_lever():
 
 
 def test_a_podman_container_init_names_the_container_and_its_stop():
-    s, holders = held_by('0::/machine.slice/libpod-%s.scope\n' % CID, nspid=[50, 1])
+    cgroup = '0::/machine.slice/libpod-%s.scope\n' % CID
+    s, holders = held_by(cgroup, nspid=[50, 1], facts=runtime_confirms(cgroup))
     holder = holders[0]
     assert holder['protected_reason'] == decide.CONTAINER_INIT
     assert decide.stoppable_container(holder)['id'] == CID
@@ -348,7 +372,8 @@ def test_a_podman_container_init_names_the_container_and_its_stop():
 
 
 def test_a_container_that_restarts_its_holder_is_named():
-    s, holders = held_by('0::/system.slice/docker-%s.scope\n' % CID)
+    cgroup = '0::/system.slice/docker-%s.scope\n' % CID
+    s, holders = held_by(cgroup, facts=runtime_confirms(cgroup))
     holder = holders[0]
     assert not holder['protected']
     assert decide.next_lever(holder).startswith('it survived SIGKILL')   # no policy known
@@ -460,3 +485,21 @@ def test_listed_processes_are_enough_when_nvml_charges_all_memory_to_live_local_
 ])
 def test_every_process_is_read_when_the_listed_ones_do_not_explain_the_memory(gpus, procs, why):
     assert why in decide.full_scan_reason(snap(gpus, procs), [0], 128)
+
+
+def test_sentences_escape_names_users_chose():
+    # A user titles her process with a newline and an escape sequence: no sentence or failure
+    # message carries them raw (gpu_text.printable).
+    evil = 'x\nGPU 2 free\x1b[2J'
+    s = snap([gpu(2, used=76107)], [proc(10, name=evil, state='disk-sleep', fds=['/dev/nvidia2'],
+                                         maps=['/dev/nvidia2'], ppid=11)])
+    s.related_names[11] = 'p\x1bq'
+    holders, _unused, _unused = classify(s)
+    rows = decide.gpu_table(s, holders, [2], 128)
+    texts = decide.diagnose(s, holders, [], rows) + [decide.failure_message(rows, holders, 1.0, False)]
+    for text in texts:
+        assert '\n' not in text and '\x1b' not in text, text
+    assert any('PID 10 (x\\x0aGPU 2 free\\x1b[2J)' in t for t in texts)
+    zombie = dict(holders[0], state='zombie')
+    said = decide.skip_sentence(zombie, decide.skip_code(zombie, ()))
+    assert '\x1b' not in said and 'p\\x1bq' in said

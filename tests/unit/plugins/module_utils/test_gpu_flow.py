@@ -20,21 +20,23 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import P
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
 
-from .observations import CTX, NVIDIA, gpu, proc, snap
+from .observations import CTX, NVIDIA, gpu, proc, runtime_confirms, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
 UNIT = '0::/system.slice/gpuhog.service'
+# What systemd answers for gpuhog.service (systemctl show -p Restart,ActiveState,ControlGroup).
+GPUHOG = {'gpuhog.service': ('always', 'active', '/system.slice/gpuhog.service')}
 
 
-def survey_of(gpus, procs, units=None, spare=(), start_times=None):
+def survey_of(gpus, procs, units=None, spare=(), start_times=None, facts=None):
     s = snap(gpus, procs)
     for pid, start in (start_times or {}).items():
         s.procs[pid].start_time = start
-    return classified(s, [g.index for g in gpus], units, spare)
+    return classified(s, [g.index for g in gpus], units, spare, facts)
 
 
-def classified(s, selected, units=None, spare=()):
-    holders, clients, unconfirmed = decide.classify(s, [], set(), units)
+def classified(s, selected, units=None, spare=(), facts=None):
+    holders, clients, unconfirmed = decide.classify(s, [], set(), units, facts=facts)
     spared = [h for h in holders if h['unit'] in spare]
     spared_pids = frozenset(h['pid'] for h in spared)
     rows = decide.gpu_table(s, holders, selected, 128, spared_pids)
@@ -125,6 +127,10 @@ class ScriptedActor(object):
         self.calls.append(('stop_unit', unit, timeout))
         return 'stopped in 0.10 s', True
 
+    def stop_user_unit(self, uid, unit, timeout):
+        self.calls.append(('stop_user_unit', uid, unit, timeout))
+        return 'stopped in 0.10 s through the manager of user %d' % uid, True
+
     def signal(self, holder, signum, never):
         name = act.SIGNAL_NAMES[signum]
         self.calls.append((name, holder['pid']))
@@ -213,7 +219,7 @@ def test_force_sends_sigkill_only():
 
 def test_a_restarting_unit_is_stopped_before_any_signal():
     actor = ScriptedActor()
-    s = held_by((10, 'exits-on-term'), cgroup=UNIT, units={'gpuhog.service': ('always', 'active')})
+    s = held_by((10, 'exits-on-term'), cgroup=UNIT, units=GPUHOG)
     result = ladder(ScriptedSurveyor(s, free()), actor).run()
     assert actor.calls[0] == ('stop_unit', 'gpuhog.service', 5.0)
     assert actor.calls[1] == ('SIGTERM', 10), 'the stop left the process alive: it is signalled'
@@ -222,7 +228,7 @@ def test_a_restarting_unit_is_stopped_before_any_signal():
 
 def test_a_spared_unit_is_neither_stopped_nor_signalled():
     actor = ScriptedActor()
-    s = held_by((10, 'exits-on-term'), cgroup=UNIT, units={'gpuhog.service': ('always', 'active')},
+    s = held_by((10, 'exits-on-term'), cgroup=UNIT, units=GPUHOG,
                 spare=('gpuhog.service',))
     result = ladder(ScriptedSurveyor(s), actor).run()
     assert actor.calls == [] and result['free'] is True and [h['pid'] for h in result['spared']] == [10]
@@ -332,9 +338,10 @@ CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
 
 
 def container_held(nspid=None, policy=None):
+    cgroup = '0::/machine.slice/libpod-%s.scope\n' % CID
     survey = survey_of([gpu(0, used=5000, processes=[(NO_SUCH_PID, 5000)])],
-                       [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid,
-                             cgroup='0::/machine.slice/libpod-%s.scope\n' % CID)])
+                       [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid, cgroup=cgroup)],
+                       facts=runtime_confirms(cgroup))
     for holder in survey.holders:
         holder['owner'].update(name='hog', restart_policy=policy)
     return survey
@@ -550,3 +557,29 @@ def test_memory_charged_to_no_process_is_read_in_one_deep_pass(tmp_path, monkeyp
     assert scans == ([False] if charged else [True])
     found = [h for h in survey.holders if h['pid'] == pid]
     assert found and found[0]['evidence'] == (['fd', 'mmap', 'nvml'] if charged else ['fd', 'mmap'])
+ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service'
+
+
+def user_held(confirmed=True):
+    """GPU 0 held by PID 10 in alice's own Restart=always service hog.service; her manager
+    confirms the unit's ControlGroup, or knows no such unit (a directory she made)."""
+    facts = {'user_units': {(1000, 'hog.service'): ('always', 'active', ALICE_SVC) if confirmed
+                            else (None, None, None)}}
+    return survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
+                     [proc(10, name='exits-on-term', fds=CTX, maps=CTX, cgroup='0::%s\n' % ALICE_SVC)],
+                     facts=facts)
+
+
+def test_a_users_confirmed_service_is_stopped_through_her_manager_never_the_systems():
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(user_held(), free()), actor).run()
+    assert actor.calls[0] == ('stop_user_unit', 1000, 'hog.service', 5.0)
+    assert not [c for c in actor.calls if c[0] == 'stop_unit']
+    assert result['actions'][0]['step'] == 'stop_user_unit' and result['actions'][0]['uid'] == 1000
+
+
+def test_a_directory_she_named_like_a_service_is_stopped_by_no_manager():
+    actor = ScriptedActor()
+    ladder(ScriptedSurveyor(user_held(confirmed=False), free()), actor).run()
+    assert not [c for c in actor.calls if c[0] in ('stop_unit', 'stop_user_unit')]
+    assert actor.calls[0] == ('SIGTERM', 10)

@@ -57,12 +57,16 @@ def test_podman_crun_payload_subgroup_v2():
     assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
 
 
-def test_podman_rootless_user_slice():
+def test_podman_rootless_user_slice_is_the_users_not_a_container():
     # Rootless podman: the user's systemd instance owns the scope, in user.slice of
     # user@UID.service (runc's "[slice]:[prefix]:[name]" rule, google/gvisor
-    # g3doc/user_guide/systemd.md, with the rootless slice user.slice).
+    # g3doc/user_guide/systemd.md, with the rootless slice user.slice). The user named that
+    # scope (any user can mkdir "libpod-<64 hex>.scope" there): it is her cgroup, and its
+    # scope a candidate unit of her own manager, never a container root's podman would stop.
     got = own(v2("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-%s.scope" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
+    assert (got["kind"], got["runtime"], got["id"]) == ("user", None, None)
+    assert (got["controlled_by"], got["uid"]) == ("user", 1000)
+    assert (got["unit"], got["manager"]) == ("libpod-%s.scope" % CID, "user")
 
 
 def test_podman_cgroupfs_manager_v1():
@@ -239,6 +243,9 @@ def test_docker_inside_an_lxc_guest_belongs_to_the_guest():
     (v1("/system.slice/sglang.service"), "service", "sglang.service"),
     (v2("/user.slice/user-0.slice/session-17.scope"), "session", "session-17.scope"),
     (v2("/system.slice/gpuops-t-tp8.scope"), "scope", "gpuops-t-tp8.scope"),
+    # A user's own service is the user manager's unit: not a system service to stop (see
+    # test_a_users_service_is_her_managers_unit_not_the_systems for the manager and the stop).
+    (v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"), "user", "vllm.service"),
     (v2("/"), "none", None),
     ("", "none", None),
     (V1_ROOTS, "none", None),
@@ -248,9 +255,6 @@ def test_units_and_nothing(text, kind, unit):
     assert (got["kind"], got["unit"]) == (kind, unit)
 
 
-# Drop the xfail when merging issue 22's branch (its trust boundary makes this pass).
-@pytest.mark.xfail(strict=True, reason="issue 22: units_to_stop still returns a unit named in a "
-                                       "user's delegated subtree (user@UID.service) as a system unit")
 def test_a_users_own_service_is_not_a_system_unit_to_stop():
     # A user's own service is the user manager's unit, in the subtree the user controls: the
     # system manager has no such unit (or another one by that name), so it is never stopped.
@@ -330,3 +334,31 @@ def test_describe_names_what_a_person_can_act_on():
     assert owner_mod.describe(ctr) == "podman container hog (%s)" % CID[:12]
     guest = own(v2("/lxc/101/ns/system.slice/sglang.service"))
     assert owner_mod.describe(guest) == "Proxmox guest 101, unit sglang.service inside it"
+
+
+# --- the trust boundary (see also test_gpu_trust.py) --------------------------------------
+
+def test_unescape_systemd_never_makes_a_control_character():
+    # Any user can name a cgroup machine-x\x0ay.scope in her subtree, and root can be handed
+    # such a name too: only printable ASCII is unescaped.
+    got = own(v2(r"/machine.slice/machine-a\x2db\x0a\x1bc.scope"))
+    assert got["id"] == r"a-b\x0a\x1bc"
+    assert got["id"].isprintable()
+
+
+def test_a_users_service_is_her_managers_unit_not_the_systems():
+    # The case test_units_and_nothing states: the unit is hers, and nothing system-wide stops it.
+    got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))
+    assert (got["kind"], got["unit"], got["manager"], got["uid"]) == ("user", "vllm.service", "user", 1000)
+    holder = {"unit": None, "owner": dict(got, confirmed=False)}
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide
+    assert gpu_decide.units_to_stop([holder], set()) == []
+    assert gpu_decide.user_units_to_stop([holder]) == []
+    holder["owner"]["confirmed"] = True
+    assert gpu_decide.units_to_stop([holder], set()) == []
+    assert gpu_decide.user_units_to_stop([holder]) == [(1000, "vllm.service")]
+
+
+def test_describe_escapes_names_users_chose():
+    got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/x\x1b[2Jy.service"))
+    assert "\x1b" not in owner_mod.describe(got) and "x\\x1b[2Jy.service" in owner_mod.describe(got)

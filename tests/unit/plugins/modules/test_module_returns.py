@@ -12,7 +12,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import 
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
 
 from ..module_utils.test_gpu_flow import (
-    ScriptedActor, ScriptedSurveyor, container_held, free, held_by, survey_of)
+    ScriptedActor, ScriptedSurveyor, container_held, user_held, free, held_by, survey_of)
 from ..module_utils.observations import gpu
 
 # Ansible adds these to every result; a module documents them only where they say more.
@@ -52,13 +52,14 @@ def reclaim_results(lock_path):
         Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), NvmlTimeout('hung')), actor=ScriptedActor()).run(),
     ]
     unit = held_by((12, 'exits-on-term'), cgroup='0::/system.slice/gpuhog.service',
-                   units={'gpuhog.service': ('always', 'active')})
+                   units={'gpuhog.service': ('always', 'active', '/system.slice/gpuhog.service')})
     results.append(Ladder(ScriptedSurveyor(unit, free()), actor=ScriptedActor()).run())
     results.append(Ladder(ScriptedSurveyor(container_held(nspid=[10, 1])), check_mode=True).run())
     guest = held_by((15, 'exits-on-term'))
     guest.holders[0]['owner'].update(kind='guest', guest_unit='sglang.service',
                                      cgroup='/machine.slice/machine-g1.scope/payload/system.slice/sglang.service')
     results.append(Ladder(ScriptedSurveyor(guest, free()), actor=ScriptedActor()).run())
+    results.append(Ladder(ScriptedSurveyor(user_held(), free()), actor=ScriptedActor()).run())
     unit_stays = held_by((13, 'exits-on-kill'), (14, 'exits-on-term'))
     results.append(Ladder(ScriptedSurveyor(unit_stays, unit_stays, free()), actor=ScriptedActor()).run())
     return results

@@ -17,7 +17,7 @@ def _load(name, path):
 
 
 container_run = _load("gpuops_container", "plugins/plugin_utils/container.py").container_run
-systemd_quote = _load("gpuops_flags_for_container", "plugins/filter/flags.py").systemd_quote
+systemd_quote = _load("gpuops_flags_for_container", "plugins/plugin_utils/flags.py").systemd_quote
 
 
 def opts(**over):

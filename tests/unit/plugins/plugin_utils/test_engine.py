@@ -8,7 +8,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 _ROOT = pathlib.Path(__file__).resolve().parents[4]
-_spec = importlib.util.spec_from_file_location("gpuops_engine", _ROOT / "plugins" / "filter" / "engine.py")
+_spec = importlib.util.spec_from_file_location("gpuops_engine", _ROOT / "plugins" / "plugin_utils" / "engine.py")
 engine = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(engine)
 FAKESERVE = _ROOT / "tests" / "fakeserve" / "fakeserve"

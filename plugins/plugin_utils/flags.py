@@ -1,10 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.reclaim maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Render an inference server's flags dict into a command line.
+"""Render an inference server's flags dict into a command line, and compare it with a running server's.
 
-Docs for the two filters live in the sidecar files cli_flags.yml and
-systemd_quote.yml (one file per filter is what ansible-doc reads).
+The logic of the filters cli_flags, systemd_quote, flags_running and flags_diff; each filter is
+a file of its own in plugins/filter/ with its documentation (one plugin per file is what
+ansible-doc and Galaxy list).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -140,9 +141,3 @@ def flags_diff(flags, server_info):
     return ["%s: wanted %r, running %r" % (f, flags[k], running[f])
             for k in sorted(flags, key=str) for f in [_field(k)]
             if f in running and not _same(flags[k], running[f])]
-
-
-class FilterModule(object):
-    def filters(self):
-        return {"cli_flags": cli_flags, "systemd_quote": systemd_quote,
-                "flags_running": flags_running, "flags_diff": flags_diff}

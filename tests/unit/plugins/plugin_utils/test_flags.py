@@ -6,7 +6,7 @@ import shlex
 import pytest
 from ansible.errors import AnsibleFilterError
 
-_PATH = pathlib.Path(__file__).resolve().parents[4] / "plugins" / "filter" / "flags.py"
+_PATH = pathlib.Path(__file__).resolve().parents[4] / "plugins" / "plugin_utils" / "flags.py"
 _spec = importlib.util.spec_from_file_location("gpuops_flags", _PATH)
 flags = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(flags)

@@ -8,7 +8,8 @@ flags_unknown: wanted flags the engine does not know, each with the closest know
 server_takeover: which processes on the server's port and GPUs are ours, adoptable,
     refused (another service or program), or strays.
 
-Docs for each filter live in the sidecar file of the same name.
+Each filter is a file of its own in plugins/filter/ with its documentation (one plugin per
+file is what ansible-doc and Galaxy list); the logic is here.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -149,9 +150,3 @@ def _service(proc):
 
 def _of_unit(proc):
     return " of %s" % proc["unit"] if proc.get("unit") else ""
-
-
-class FilterModule(object):
-    def filters(self):
-        return {"engine_help_flags": engine_help_flags, "flags_unknown": flags_unknown,
-                "server_takeover": server_takeover}
