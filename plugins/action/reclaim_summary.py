@@ -24,6 +24,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.reclaim.plugins.filter.gpu_report import gpu_report
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 GPU_FIELDS = ('index', 'memory_used_mib', 'memory_total_mib', 'free', 'holders')
 # What the run recorded on each host: registered results and set_fact values, data already
@@ -203,7 +204,9 @@ def host_report(name, host, record, check_mode):
     beside = host.get('inference_service__strays_freed') if server and server.get('strays_reclaim') else None
     if beside:
         lines.extend(gpu_report(beside, title='Strays beside %s' % server['name'], check_mode=check_mode))
-    return ['%s: %s' % (name, line) for line in lines]
+    # gpu_report escapes its lines (holder titles and cgroup names are the node users'); the
+    # adoption lines and the prefix are escaped here, so no printed line holds a control character.
+    return [escape_text('%s: %s' % (name, line)) for line in lines]
 
 
 class ActionModule(ActionBase):

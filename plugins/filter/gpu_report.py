@@ -56,6 +56,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
+
 
 def _holder_names(holders):
     """PID -> 'name/unit [protected]', from the survey made before acting (after it they are gone)."""
@@ -115,7 +117,9 @@ def gpu_report(result, title=None, check_mode=False, brief=False):
             line += '  holders: ' + ' '.join('%s(%s)' % (pid, names.get(pid, '?')) for pid in row['holders'])
         lines.append(line)
     lines.extend(_action_line(action) for action in actions)
-    return lines
+    # Holder names, units and action results carry what a node's users chose (titles, command
+    # lines, cgroup names): escaped, each stays on its line and cannot forge another (issue 22).
+    return [escape_text(line) for line in lines]
 
 
 class FilterModule(object):

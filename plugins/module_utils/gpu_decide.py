@@ -17,7 +17,7 @@ import re
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 
 # Processes whose death hurts the host more than a held GPU (display servers, schedulers, MPI),
@@ -416,7 +416,7 @@ def spared_mib(gpu, spared_pids):
 
 
 def _who(holder):
-    return 'PID %d (%s)' % (holder['pid'], printable(holder['name']))
+    return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
 
 
 def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
@@ -478,7 +478,7 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
         sentences.append(
             'NVML lists PID %d on GPU %s, but PID %d here (%s) holds no NVIDIA device: the PID comes '
             'from another PID namespace or was reused; it is not treated as a holder.'
-            % (entry['pid'], ','.join(str(i) for i in entry['gpus']), entry['pid'], printable(entry['name'])))
+            % (entry['pid'], ','.join(str(i) for i in entry['gpus']), entry['pid'], escape_text(entry['name'])))
     for holder in holders:
         if not set(holder['gpus']) & selected:
             continue
@@ -486,20 +486,20 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
             sentences.append(
                 '%s is in uninterruptible sleep (D%s): signals take effect only when the kernel '
                 'call returns; if it stays, the GPU needs a reset or the host a reboot.'
-                % (_who(holder), ', wchan %s' % printable(holder['wchan']) if holder['wchan'] else ''))
+                % (_who(holder), ', wchan %s' % escape_text(holder['wchan']) if holder['wchan'] else ''))
         elif holder['state'] == 'zombie' and not any(
                 'nvml' not in h['evidence'] and set(h['context_gpus']) & set(holder['gpus'])
                 for h in holders):
             sentences.append(
                 '%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; '
                 'stop or restart that parent.'
-                % (_who(holder), holder['ppid'], printable(holder['parent_name']) or 'unknown'))
+                % (_who(holder), holder['ppid'], escape_text(holder['parent_name']) or 'unknown'))
         elif holder['tracer_pid']:
             sentences.append(
                 '%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; '
                 'SIGKILL still ends it (gpu_reclaim sends it without waiting out the grace when it is '
                 'stopped), or detach the tracer.'
-                % (_who(holder), holder['tracer_pid'], printable(holder['tracer_name']) or 'unknown',
+                % (_who(holder), holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown',
                    ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
         elif holder['state'] == 'stopped':
             sentences.append(
@@ -587,7 +587,7 @@ def skip_sentence(holder, code):
     if code == PROTECTED:
         return 'protected: %s' % holder['protected_reason']
     if code == ZOMBIE:
-        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], printable(holder['parent_name']))
+        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], escape_text(holder['parent_name']))
     return 'does not match the match filter'
 
 
@@ -617,7 +617,7 @@ def sigterm_futile(holder):
         return 'ignored (SigIgn)'
     if holder['state'] == 'tracing-stop':
         return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
-                'tracer lets it go' % (holder['tracer_pid'], printable(holder['tracer_name']) or 'unknown'))
+                'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
     return None
 
 
@@ -638,7 +638,7 @@ def respawn_message(parent):
     """The failure sentence for a parent that keeps respawning holders and was not ended."""
     return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; stop it yourself, or '
             'run again with `match` covering it.'
-            % (parent['pid'], printable(parent['name']), parent['cmdline'], parent['respawned'], parent['reason']))
+            % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], parent['reason']))
 
 
 def units_to_stop(targets, protected_units, vendor_units=None):
@@ -714,7 +714,7 @@ def owner_lever(holder):
     if owner['kind'] == gpu_owner.POD:
         pod = owner['pod'] or {}
         if pod.get('name'):
-            how = '`kubectl delete pod -n %s %s`' % (printable(pod.get('namespace')), printable(pod['name']))
+            how = '`kubectl delete pod -n %s %s`' % (escape_text(pod.get('namespace')), escape_text(pod['name']))
         else:
             how = ('find it with `kubectl get pods -A -o custom-columns=NS:.metadata.namespace,'
                    'NAME:.metadata.name,UID:.metadata.uid | grep %s`' % pod.get('uid'))
@@ -736,14 +736,14 @@ def owner_lever(holder):
             return ('it is the init of %s, which this module never signals: stop the guest itself '
                     'only if the whole guest must go' % what)
         named = what if owner['kind'] == gpu_owner.CONTAINER else (
-            'a container (cgroup %s)' % printable(owner['cgroup']) if owner['cgroup'] else 'a container')
+            'a container (cgroup %s)' % escape_text(owner['cgroup']) if owner['cgroup'] else 'a container')
         return ('it is the init of %s whose runtime this module cannot reach, and it is never '
                 'signalled: stop that container with the tool that started it (docker, podman, '
                 'nerdctl stop), or from the host around it' % named)
     if owner['kind'] == gpu_owner.GUEST and owner['guest_unit'] and owner['guest_unit'].endswith('.service'):
         template = _GUEST_STOP_UNIT.get(owner['runtime'])
-        how = template.format(id=printable(owner['id']), unit=printable(owner['guest_unit'])) if template and owner['id'] else (
-            'systemctl stop %s inside the guest' % printable(owner['guest_unit']))
+        how = template.format(id=escape_text(owner['id']), unit=escape_text(owner['guest_unit'])) if template and owner['id'] else (
+            'systemctl stop %s inside the guest' % escape_text(owner['guest_unit']))
         return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
                 'in the guest (`%s`)' % (what, how))
     return None
@@ -763,7 +763,7 @@ def next_lever(holder):
     if holder['state'] == 'disk-sleep':
         return ('it is in uninterruptible sleep%s and ignores SIGKILL: reset the GPU '
                 '(allow_reset: true) or reboot the host'
-                % (' in %s' % printable(holder['wchan']) if holder.get('wchan') else ''))
+                % (' in %s' % escape_text(holder['wchan']) if holder.get('wchan') else ''))
     if holder['state'] == 'zombie':
         return 'stop or restart its parent PID %s (%s), which must reap it' % (
             holder['ppid'], holder.get('parent_name') or 'unknown')
@@ -780,12 +780,12 @@ def next_lever(holder):
         # its tracer resumes it; a stopped strace never does. Continuing the tracer ends it.
         return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
                 'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
-                % (holder['tracer_pid'], printable(holder.get('tracer_name')) or 'unknown', holder['tracer_pid']))
+                % (holder['tracer_pid'], escape_text(holder.get('tracer_name')) or 'unknown', holder['tracer_pid']))
     owner = holder.get('owner') or {}
     if owner.get('manager') == gpu_owner.USER_MANAGER and holder.get('unit_restart') not in (None, 'no'):
         return ("its unit %s of user %s's own manager restarts it (Restart=%s): that user stops it "
-                "(`systemctl --user stop %s`)" % (printable(owner['unit']), owner['uid'],
-                                                  holder['unit_restart'], printable(owner['unit'])))
+                "(`systemctl --user stop %s`)" % (escape_text(owner['unit']), owner['uid'],
+                                                  holder['unit_restart'], escape_text(owner['unit'])))
     return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
 
 
@@ -799,12 +799,12 @@ def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blin
             continue
         on_gpu = [h for h in remaining if row['index'] in h['gpus']]
         if on_gpu and blind_sentence:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], printable(h['name']), h['state'], next_lever(h)
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h)
                                                     if h.get('lever') or h.get('protected')
                                                     else RUN_AS_ROOT + ' to signal it')
                             for h in on_gpu)
         elif on_gpu:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], printable(h['name']), h['state'], next_lever(h))
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h))
                             for h in on_gpu)
         elif blind_sentence:
             who = 'no process visible to this module: %s to see and free its holders' % RUN_AS_ROOT

@@ -24,7 +24,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 
 # The options every surveying module takes; their documentation is the gpu_survey doc fragment.
@@ -868,7 +868,7 @@ class Ladder(object):
 
 
 def _who(holder):
-    return 'PID %d (%s)' % (holder['pid'], printable(holder['name']))
+    return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
 
 
 def _unique(holders):

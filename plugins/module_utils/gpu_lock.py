@@ -1,13 +1,25 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuops.reclaim contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""One gpu_reclaim at a time per host: a flock(2) on a file under /run/lock.
+"""One gpu_reclaim at a time per host: a flock(2) on /run/gpuops/gpu-reclaim.lock.
 
 A pipeline and a drift timer may both reclaim the same node; two ladders interleaving their
 signals and verdicts would report each other's work. The second run waits (bounded) for the
 first, then surveys what the first left, so it reports what it found after it.
 
-The file is not the reclaim_timer role's lock (/run/lock/gpuops-reclaim.lock), which its run
+The lock lives in a directory only root can enter (issue 22): in a world-writable one
+(/run/lock, where it was) any local user could hold it with `flock FILE sleep infinity`, and
+every root run would then fail after lock_timeout, the reclaim timer's runs included. flock(2)
+works on a file opened read-only, so a readable file is as good as a writable one to such a
+user: the directory is 0700, not merely closed to writes. The directory and the file are
+opened without following links and checked (owner, mode, type) through the open descriptors,
+so nothing a user made beforehand is followed or trusted; anything else fails naming the path.
+
+A run that is not root takes no host lock: it cannot enter the directory, it can signal only
+its own user's processes, and a lock any user could take is what this replaces. Its
+`host_lock` result says so (path null).
+
+The file is not the reclaim_timer role's run lock (/run/gpuops/reclaim-run.lock), which its run
 script holds around a whole ansible-playbook run: taking that one here would wait on our own
 caller. That lock keeps whole runs apart; this one keeps ladders apart, whoever started them.
 
@@ -22,24 +34,73 @@ __metaclass__ = type
 import errno
 import fcntl
 import os
+import stat
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
-LOCK_DIRS = ('/run/lock', '/var/lock', '/tmp')
-LOCK_NAME = 'gpuops-gpu-reclaim.lock'
+LOCK_DIR = '/run/gpuops'
+LOCK_NAME = 'gpu-reclaim.lock'
+LOCK_PATH = os.path.join(LOCK_DIR, LOCK_NAME)
 
 
 class LockTimeout(Exception):
     """Another run kept the host lock for longer than the caller would wait."""
 
 
-def lock_path(dirs=LOCK_DIRS):
-    """The first writable lock directory's lock file (the same on every run of a host)."""
-    for folder in dirs:
-        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
-            return os.path.join(folder, LOCK_NAME)
-    return os.path.join(dirs[-1], LOCK_NAME)
+class LockUnsafe(Exception):
+    """The lock's directory or file is not root's alone: someone else could hold or replace it."""
+
+
+def _unsafe(path, what, remove):
+    return LockUnsafe(
+        'the host lock %s %s: another user could hold or replace the lock, so this run took no lock '
+        'and signalled nothing. Remove it (rm -rf -- %s) and run again: gpu_reclaim makes it anew, '
+        'owned by root, mode 0700.' % (path, what, remove))
+
+
+def open_private_dir(path, uid, create=True):
+    """An O_DIRECTORY fd of `path`, made 0700 when missing; LockUnsafe unless it is a real
+    directory (not a link), owned by `uid`, with no access for group or others."""
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _unsafe(path, 'directory is a symbolic link or not a directory', path)
+        raise
+    st = os.fstat(fd)
+    if st.st_uid != uid or st.st_mode & 0o077:
+        os.close(fd)
+        raise _unsafe(path, 'directory is owned by uid %d with mode %04o (it must be uid %d, mode 0700)'
+                      % (st.st_uid, stat.S_IMODE(st.st_mode), uid), path)
+    return fd
+
+
+def open_lock_file(dir_fd, path, uid):
+    """The lock file in the directory dir_fd, created 0600 or opened without following a link;
+    LockUnsafe unless it is a regular file owned by `uid`."""
+    name = os.path.basename(path)
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _unsafe(path, 'file is a symbolic link', path)
+        if exc.errno in (errno.EISDIR, errno.ENXIO, errno.EACCES):
+            raise _unsafe(path, 'file is not a regular file this run may write (%s)' % os.strerror(exc.errno), path)
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+        os.close(fd)
+        raise _unsafe(path, 'file is not a regular file owned by uid %d (owner uid %d, mode %o)'
+                      % (uid, st.st_uid, st.st_mode), path)
+    return fd
 
 
 def _holder_of(fd):
@@ -48,7 +109,7 @@ def _holder_of(fd):
     else None."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        text = os.read(fd, 200).decode('utf-8', 'replace').strip()
+        text = escape_text(os.read(fd, 200).decode('utf-8', 'replace').strip())
     except OSError:
         text = ''
     return text or _flock_holder(fd)
@@ -79,18 +140,22 @@ def _flock_holder(fd, proc_locks='/proc/locks', proc='/proc'):
             continue
         if same_file and pid > 0:
             try:
-                return 'PID %d (%s)' % (pid, gpu_observe.read_stat(pid, proc).comm)
+                # comm is the holder's own title: escaped, it cannot add a line to the message.
+                return 'PID %d (%s)' % (pid, escape_text(gpu_observe.read_stat(pid, proc).comm))
             except gpu_observe.ProcError:
                 return 'PID %d' % pid
     return None
 
 
 class HostLock(object):
-    """with HostLock(timeout_s) as lock: ... ; lock.waited_s and lock.held_by say what waiting there was."""
+    """with HostLock(timeout_s) as lock: ... ; lock.waited_s and lock.held_by say what waiting there was.
+
+    `path` (tests) puts the lock elsewhere; its directory is held to the same rules, for the
+    user this process runs as."""
 
     def __init__(self, timeout_s, path=None, clock=time.monotonic, poll_s=0.1):
         self.timeout_s = timeout_s
-        self.path = path or lock_path()
+        self.path = path or LOCK_PATH
         self.clock = clock
         self.poll_s = poll_s
         self.fd = None
@@ -99,13 +164,12 @@ class HostLock(object):
         self.held_by = None       # who held it when we first had to wait, or None
 
     def acquire(self):
+        uid = os.geteuid()
+        dir_fd = open_private_dir(os.path.dirname(self.path), uid)
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EPERM):
-                raise
-            # A lock file made by root is still lockable read-only by another user.
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            self.fd = open_lock_file(dir_fd, self.path, uid)
+        finally:
+            os.close(dir_fd)
         started = self.clock()
         while True:
             try:
@@ -127,13 +191,9 @@ class HostLock(object):
             time.sleep(min(self.poll_s, max(0.0, self.timeout_s - waited)))
         self.held = True
         self.waited_s = round(self.clock() - started, 3)
-        try:
-            os.ftruncate(self.fd, 0)
-            os.lseek(self.fd, 0, os.SEEK_SET)
-            os.write(self.fd, ('PID %d since %s\n' % (
-                os.getpid(), time.strftime('%Y-%m-%dT%H:%M:%S%z'))).encode())
-        except OSError:
-            pass  # opened read-only: the lock holds all the same, it only cannot say who
+        os.ftruncate(self.fd, 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        os.write(self.fd, ('PID %d since %s\n' % (os.getpid(), time.strftime('%Y-%m-%dT%H:%M:%S%z'))).encode())
         return self
 
     def release(self):
@@ -157,3 +217,25 @@ class HostLock(object):
     def report(self):
         """The `host_lock` result key."""
         return {'path': self.path, 'waited_s': self.waited_s, 'waited_for': self.held_by}
+
+
+class NoHostLock(object):
+    """What a run that is not root takes instead: nothing (see the module's docstring)."""
+
+    waited_s = 0.0
+    held_by = None
+    path = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def report(self):
+        return {'path': None, 'waited_s': 0.0, 'waited_for': None}
+
+
+def host_lock(timeout_s):
+    """The host lock for this run: HostLock as root, NoHostLock otherwise."""
+    return HostLock(timeout_s) if os.geteuid() == 0 else NoHostLock()

@@ -26,7 +26,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # Kinds of owner, from the outside in: a Kubernetes pod is never touched; a container can be
 # stopped through its runtime; a guest (LXC, Proxmox, nspawn) has its own init and services;
@@ -433,16 +433,16 @@ def _parse_pct(text):
 
 def describe(owner):
     """A short phrase naming the owner, for messages: 'podman container sglang (3f2a1b0c4d5e)'.
-    Names that users or runtimes chose are escaped (gpu_text.printable)."""
+    Names that users or runtimes chose are escaped (gpu_text.escape_text)."""
     kind = owner['kind']
-    short = printable((owner['id'] or '')[:12])
-    name = printable(owner['name'])
+    short = escape_text((owner['id'] or '')[:12])
+    name = escape_text(owner['name'])
     if kind == POD:
         pod = owner['pod'] or {}
         if pod.get('name'):
             return 'Kubernetes pod %s/%s (uid %s)' % (
-                printable(pod.get('namespace')), printable(pod['name']), printable(pod.get('uid')))
-        return 'Kubernetes pod uid %s' % (printable(pod.get('uid')) or 'unknown')
+                escape_text(pod.get('namespace')), escape_text(pod['name']), escape_text(pod.get('uid')))
+        return 'Kubernetes pod uid %s' % (escape_text(pod.get('uid')) or 'unknown')
     if kind == CONTAINER:
         named = '%s (%s)' % (name, short) if name else short
         return '%s container %s' % (owner['runtime'], named)
@@ -450,15 +450,15 @@ def describe(owner):
         label = {'proxmox': 'Proxmox guest', 'lxc': 'LXC guest',
                  'systemd-nspawn': 'systemd-nspawn guest'}.get(owner['runtime'], 'guest')
         if owner['runtime'] == 'proxmox':
-            ident = printable(owner['id']) + (' (%s)' % name if name else '')
+            ident = escape_text(owner['id']) + (' (%s)' % name if name else '')
         else:
-            ident = printable(owner['id'] or owner['name']) or '(unnamed, cgroup %s)' % printable(owner['cgroup'])
-        inside = ', unit %s inside it' % printable(owner['guest_unit']) if owner['guest_unit'] else ''
+            ident = escape_text(owner['id'] or owner['name']) or '(unnamed, cgroup %s)' % escape_text(owner['cgroup'])
+        inside = ', unit %s inside it' % escape_text(owner['guest_unit']) if owner['guest_unit'] else ''
         return '%s %s%s' % (label, ident, inside)
     if kind == USER:
         who = 'user %d' % owner['uid'] if owner['uid'] is not None else 'a user'
         unit = ' (unit %s of that user\'s manager)' % owner['unit'] if owner['unit'] else ''
-        return 'a cgroup %s controls, %s%s' % (who, printable(owner['cgroup']), unit)
+        return 'a cgroup %s controls, %s%s' % (who, escape_text(owner['cgroup']), unit)
     if owner['unit']:
-        return '%s %s' % (kind, printable(owner['unit']))
+        return '%s %s' % (kind, escape_text(owner['unit']))
     return 'no unit or container'

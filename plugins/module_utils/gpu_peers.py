@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 
 def peer_gpus_of(evidence, listed, context_gpus, orphaned):
@@ -41,12 +41,12 @@ _COMM_LEN = 15
 def title(holder):
     """The process title as the operator knows it: the kernel cuts /proc/PID/comm at 15
     characters ('sglang::schedul'), so a cut name is completed from the command line. Control
-    characters are escaped (gpu_text.printable): it goes into sentences."""
+    characters are escaped (gpu_text.escape_text): it goes into sentences."""
     name = holder['name']
     first = (holder.get('cmdline') or '').split(' ', 1)[0]
     if len(name) == _COMM_LEN and first.startswith(name):
-        return printable(first)
-    return printable(name)
+        return escape_text(first)
+    return escape_text(name)
 
 
 def peer_lever(holder, index):

@@ -162,10 +162,14 @@ options:
   lock_timeout:
     description:
       - Seconds to wait for another gpu_reclaim run on the same host (a pipeline and a drift
-        timer, say) to finish. Runs take a host lock (C(flock) on C(/run/lock/gpuops-gpu-reclaim.lock))
+        timer, say) to finish. Runs as root take a host lock (C(flock) on C(/run/gpuops/gpu-reclaim.lock))
         so their ladders never interleave; the waiting run then surveys what the first left and
         reports that. When the wait runs out the task fails naming the other run, having
         signalled nothing. Check mode takes no lock.
+      - The lock's directory C(/run/gpuops) is made owned by root, mode 0700, so no other user can
+        hold or replace the lock; a directory or file there that is not root's alone (a link,
+        another owner, group or other access) fails the run naming it, having signalled nothing.
+        A run that is not root takes no host lock (it may signal only its own user's processes).
       - This lock is apart from the C(gpuops.reclaim.reclaim_timer) role's run lock, which its
         script holds around a whole playbook run; a run under that lock still takes this one.
     type: float
@@ -374,7 +378,7 @@ host_lock:
   type: dict
   contains:
     path:
-      description: "The lock file."
+      description: "The lock file; null for a run that is not root, which takes no host lock."
       type: str
       returned: always
     waited_s:
@@ -389,7 +393,7 @@ host_lock:
           Null when none was waited for."
       type: str
       returned: always
-  sample: {path: /run/lock/gpuops-gpu-reclaim.lock, waited_s: 4.21, waited_for: "PID 20817 since 2026-11-30T22:41:07+0000"}
+  sample: {path: /run/gpuops/gpu-reclaim.lock, waited_s: 4.21, waited_for: "PID 20817 since 2026-11-30T22:41:07+0000"}
 msg:
   description: When not free, what is left and the next lever.
   returned: failure
@@ -425,12 +429,12 @@ def main():
         else:
             # Imported here: the module's files are compiled at every run, and check mode
             # takes no lock.
-            from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock, LockTimeout
+            from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import LockTimeout, LockUnsafe, host_lock
             try:
                 # One ladder per host at a time; the lock goes with this process, however it ends.
-                with HostLock(params['lock_timeout']) as lock:
+                with host_lock(params['lock_timeout']) as lock:
                     result = ladder.run()
-            except LockTimeout as exc:
+            except (LockTimeout, LockUnsafe) as exc:
                 module.fail_json(msg=str(exc), actions=[], elapsed_s=round(time.monotonic() - started, 3))
             result['host_lock'] = lock.report()
     except pattern_error() as exc:

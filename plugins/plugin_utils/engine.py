@@ -22,6 +22,8 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.collections import is_sequence
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
+
 # An option as argparse prints it at the start of a help entry: "  --tp-size TP_SIZE, --tp ..."
 # or "  -tp, --tensor-parallel-size ...". Only words in the option column count, so
 # "--flag" quoted inside a description never becomes a known flag.
@@ -81,7 +83,8 @@ def _matches(proc, patterns):
 
 
 def _label(proc):
-    return "PID %s (%s)" % (proc["pid"], (proc.get("cmdline") or proc.get("name") or "?")[:160])
+    # The command line and unit are the node's users' text: escaped, a sentence stays one line.
+    return "PID %s (%s)" % (proc["pid"], escape_text((proc.get("cmdline") or proc.get("name") or "?")[:160]))
 
 
 def server_takeover(port_owners, holders, unit, patterns, gpus=None):
@@ -149,4 +152,4 @@ def _service(proc):
 
 
 def _of_unit(proc):
-    return " of %s" % proc["unit"] if proc.get("unit") else ""
+    return " of %s" % escape_text(proc["unit"]) if proc.get("unit") else ""

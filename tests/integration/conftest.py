@@ -155,3 +155,50 @@ def node(lab):
     scenarios.cleanup(lab, name)
     yield name
     scenarios.cleanup(lab, name)
+
+
+ALICE = "alice"
+
+
+class User:
+    """A real unprivileged user of a lab node who logs in over SSH with the lab key."""
+
+    def __init__(self, lab, node, name, uid):
+        self.lab, self.node, self.name, self.uid = lab, node, name, uid
+
+    def exec(self, cmd, check=True, timeout=60):
+        """Run a shell command line as this user over SSH (a logind session of theirs)."""
+        ip = self.lab.status()[self.node]["ip"]
+        key = os.path.join(os.environ.get("LAB_STATE", "/var/lib/gpuops-lab"), "ssh", "id_ed25519")
+        argv = ["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5",
+                "%s@%s" % (self.name, ip), cmd]
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise NodeCommandError(result.returncode, "as %s on %s: %s" % (self.name, self.node, cmd),
+                                   result.stdout, result.stderr)
+        return result
+
+
+@pytest.fixture
+def alice(lab, node):
+    """alice (uid 1000 where it is free), an unprivileged user of the node with a lingering user
+    manager (user@UID.service, Delegate=yes), as on a shared GPU node. Everything of hers is
+    killed after the test."""
+    lab.exec(node, (
+        "id -u {u} >/dev/null 2>&1 || {{ if getent passwd 1000 >/dev/null; then useradd -m -s /bin/bash {u}; "
+        "else useradd -m -u 1000 -s /bin/bash {u}; fi; }}; "
+        "install -d -m 700 -o {u} -g {u} /home/{u}/.ssh && "
+        "install -m 600 -o {u} -g {u} /root/.ssh/authorized_keys /home/{u}/.ssh/authorized_keys && "
+        "loginctl enable-linger {u}").format(u=ALICE))
+    uid = int(lab.exec(node, "id -u %s" % ALICE).stdout)
+    assert uid != 0
+    scenarios.wait_until(lab, node, "systemctl is-active -q user@%d.service" % uid, "alice's user manager")
+    user = User(lab, node, ALICE, uid)
+    yield user
+    # Her linger off and her sessions ended, so that nothing of hers (user manager included)
+    # outlives the test; the next test's fixture turns linger on again.
+    lab.exec(node, "loginctl disable-linger {u}; loginctl terminate-user {u}; pkill -KILL -u {u}; true"
+             .format(u=ALICE), check=False)
+    scenarios.wait_until(lab, node, "! pgrep -u %d >/dev/null" % uid, "every process of alice gone")

@@ -14,7 +14,7 @@ RECLAIM = "gpuops.reclaim.gpu_reclaim"
 HOLDERS = "gpuops.reclaim.gpu_holders"
 FAST = {"term_timeout": 1.5, "release_timeout": 3, "nvml_timeout": 5}
 LAB_USER = "gpulab"
-LOCK = "/run/lock/gpuops-gpu-reclaim.lock"
+LOCK = "/run/gpuops/gpu-reclaim.lock"
 # Whether some process holds a flock on LOCK, read from /proc/locks: a probe must only look.
 # `flock -n LOCK true` takes the lock for an instant, and a run starting in that instant
 # waits for it and reports "another process" as the holder.

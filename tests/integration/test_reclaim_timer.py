@@ -1,6 +1,8 @@
 """roles/reclaim_timer on a lab node: the timer fires, the playbook runs on the node itself
 (ansible-playbook against localhost with a local connection, as ansible-pull runs it) and
-frees a wedged host; a run that finds the host lock taken changes nothing and says so.
+frees a wedged host; a run that finds the host lock taken changes nothing, says so and leaves
+the unit failed (a monitor sees it) while the timer keeps firing; an unprivileged user, alice,
+holding the old lock path in /run/lock cannot make runs skip (issue 22).
 
 The node gets ansible-core from this controller's venv (same Debian 12 Python) and the
 collection as it is in this checkout, under /usr/share/ansible/collections.
@@ -23,7 +25,8 @@ from .conftest import REPO, VENV_BIN, ansible_env
 ANSIBLE_LIB = "/opt/gpuops-test-ansible"
 NODE_BIN = ANSIBLE_LIB + "/bin"
 COLLECTION = "/usr/share/ansible/collections/ansible_collections/gpuops/reclaim"
-LOCK = "/run/lock/gpuops-reclaim-run.lock"
+LOCK = "/run/gpuops/reclaim-run.lock"
+OLD_LOCK = "/run/lock/gpuops-reclaim-run.lock"      # world-writable: before issue 22
 SUMMARY = "/var/lib/gpuops-reclaim/last-run.json"
 # Packages ansible-core needs at run time (its Requires-Dist less cryptography, which only
 # vault and some connection plugins import).
@@ -116,7 +119,8 @@ def timer_node(lab, node):
     yield node
     lab.exec(node, "systemctl disable --now gpuops-reclaim.timer; systemctl stop gpuops-reclaim.service; "
                    "rm -f /etc/systemd/system/gpuops-reclaim.* /usr/local/sbin/gpuops-reclaim-run %s; "
-                   "systemctl daemon-reload; pkill -f 'flock %s' || true" % (SUMMARY, LOCK), check=False)
+                   "systemctl reset-failed gpuops-reclaim.service; systemctl daemon-reload; pkill -f 'flock %s' || true"
+                   % (SUMMARY, LOCK), check=False)
 
 
 def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(lab, timer_node):
@@ -150,22 +154,59 @@ def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(la
     timer = lab.exec(node, "systemctl is-enabled gpuops-reclaim.timer; systemctl is-active gpuops-reclaim.timer").stdout
     assert timer.split() == ["enabled", "active"], timer
 
-    # Someone else holds the host lock: a run started now skips, changes nothing, succeeds.
+    assert lab.exec(node, "stat -c '%U %a' /run/gpuops").stdout.split() == ["root", "700"]
+
+    # Another root run holds the host lock: a run started now skips and changes nothing, and the
+    # unit ends failed (exit 75, not counted as success), which `systemctl --failed` and
+    # node_exporter's systemd collector show; the timer still has its next run scheduled.
     held = wedge(lab, node, "timer-b")
     sc.start_in_scope(lab, node, "lock", "flock %s sleep 600" % LOCK)
     sc.wait_until(lab, node, "! flock --nonblock %s true" % LOCK, "lock taken by the test")
     start = cursor(lab, node)
-    lab.exec(node, "systemctl start gpuops-reclaim.service", timeout=RUN_BOUND_S)
+    started = lab.exec(node, "systemctl start gpuops-reclaim.service", check=False, timeout=RUN_BOUND_S)
+    assert started.returncode != 0, "a skipped run must not pass for a successful one"
     log = journal(lab, node, start, until="another run holds %s: skipped" % LOCK)
     assert "another run holds %s: skipped" % LOCK in log, log
     assert "PLAY RECAP" not in log, log
-    assert "Result=success" in lab.exec(node, "systemctl show gpuops-reclaim.service -p Result").stdout
+    state = lab.exec(node, "systemctl show gpuops-reclaim.service -p Result -p ExecMainStatus").stdout
+    assert "Result=exit-code" in state and "ExecMainStatus=75" in state, state
+    assert lab.exec(node, "systemctl is-failed gpuops-reclaim.service", check=False).stdout.strip() == "failed"
+    assert "gpuops-reclaim.service" in lab.exec(node, "systemctl --failed --no-legend --plain").stdout
+    timer = lab.exec(node, "systemctl is-active gpuops-reclaim.timer; "
+                           "systemctl show gpuops-reclaim.timer -p NextElapseUSecMonotonic --value").stdout.split()
+    assert timer[0] == "active" and timer[1] not in ("0", "infinity", ""), timer
     for proc in held:
         assert sc.alive(lab, node, proc["pid"], proc["start_time"]), "a locked-out run signalled %s" % proc
 
-    # Lock released: the next run converges.
+    # Lock released: the next run converges, and the unit is no longer failed.
     lab.exec(node, "systemctl stop gpuops-t-lock.scope")
     lab.exec(node, "systemctl start gpuops-reclaim.service", timeout=RUN_BOUND_S)
     for proc in held:
         assert not sc.alive(lab, node, proc["pid"], proc["start_time"]), proc
     assert sc.gpu_used_mib(lab, node, 2) == 0
+    assert "Result=success" in lab.exec(node, "systemctl show gpuops-reclaim.service -p Result").stdout
+    assert lab.exec(node, "systemctl is-failed gpuops-reclaim.service", check=False).stdout.strip() != "failed"
+
+
+def test_alice_holding_the_old_lock_paths_cannot_make_the_timer_skip(lab, timer_node, alice):
+    node = timer_node
+    apply_timer(lab, node, reclaim_timer_ansible_bin=NODE_BIN, reclaim_timer_first_run="1h",
+                reclaim_timer_interval="1h", reclaim_timer_randomized_delay="0",
+                reclaim_timer_extra_args=["-e", "gpus_free_term_timeout=2"])
+    held = wedge(lab, node, "timer-c")
+    # Both locks' old homes are world-writable: she holds them for ever.
+    for path in (OLD_LOCK, "/run/lock/gpuops-gpu-reclaim.lock"):
+        alice.exec("setsid -f flock %s sleep 600 </dev/null >/dev/null 2>&1" % path)
+        sc.wait_until(lab, node, "ino=$(stat -c %%i %s 2>/dev/null) && grep -q \":$ino \" /proc/locks" % path,
+                      "alice holds %s" % path)
+    tried = alice.exec("flock -n %s true" % LOCK, check=False)
+    assert tried.returncode != 0 and ("Permission denied" in tried.stderr or "No such file" in tried.stderr), tried
+
+    start = cursor(lab, node)
+    lab.exec(node, "systemctl start gpuops-reclaim.service", timeout=RUN_BOUND_S)
+    log = journal(lab, node, start, until="PLAY RECAP")
+    assert "another run holds" not in log, log
+    assert "PLAY RECAP" in log and "GPUs reclaimed" in log, log
+    assert "Result=success" in lab.exec(node, "systemctl show gpuops-reclaim.service -p Result").stdout
+    for proc in held:
+        assert not sc.alive(lab, node, proc["pid"], proc["start_time"]), proc

@@ -1,19 +1,26 @@
 """Who listens on HOST:PORT? Prints JSON:
-{"port", "host", "listening", "owners": [{pid, start_time, name, cmdline, unit}]}.
+{"port", "host", "listening", "owners": [{pid, start_time, uid, name, cmdline, unit, cgroup, in_unit}],
+ "unit", "unit_cgroup"}.
 
-usage: port_owner.py PORT [HOST]
+usage: port_owner.py PORT [HOST [UNIT]]
 
 Read-only, stdlib only, so it runs on any managed host (no ss/lsof needed):
 LISTEN sockets come from /proc/net/tcp{,6}, their owners from /proc/*/fd,
 the owning systemd unit from /proc/PID/cgroup.
+
+A cgroup name says what a process is only where root made it (issue 22): inside a user's
+delegated subtree (user@UID.service) the user names every directory, `sglang.service`
+included, so such a process's `unit` is that user@UID.service, never a name below it.
+With UNIT, `in_unit` says whether the process is in that unit's own control group (or below
+it) as systemd reports it (ControlGroup): the only proof that a listener is the unit's server
+and not a squatter that bound the port while the server was loading.
 """
 import json
 import os
 import re
+import subprocess
 import sys
 
-port = int(sys.argv[1])
-host = sys.argv[2] if len(sys.argv) > 2 else "0.0.0.0"
 WILD = ("0.0.0.0", "::", "")
 
 
@@ -22,7 +29,7 @@ def v4(hexaddr):
     return ".".join(str(int(hexaddr[i:i + 2], 16)) for i in (6, 4, 2, 0))
 
 
-def clashes(hexaddr):
+def clashes(hexaddr, host):
     """A listener clashes unless both sides name different specific addresses."""
     if len(hexaddr) == 8:
         addr = v4(hexaddr)
@@ -31,23 +38,57 @@ def clashes(hexaddr):
     return host in WILD or addr in WILD or addr == host
 
 
-inodes = set()
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    try:
-        with open(table) as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                local, state, inode = fields[1], fields[3], fields[9]
-                # 0A = LISTEN
-                addr, lport = local.rsplit(":", 1)
-                if state == "0A" and int(lport, 16) == port and clashes(addr):
-                    inodes.add("socket:[%s]" % inode)
-    except OSError:
-        pass
+def systemd_path(text):
+    """The cgroup path systemd keeps a process in: the name=systemd line (hybrid), else the v2 one."""
+    paths = dict((parts[1], parts[2]) for parts in (line.split(":", 2) for line in text.splitlines())
+                 if len(parts) == 3)
+    return paths.get("name=systemd", paths.get(""))
 
-owners = []
-if inodes:
+
+def unit_of(path):
+    """The innermost unit of a cgroup path that root named: never one inside user@UID.service."""
+    names = [part for part in (path or "").split("/") if part]
+    for i, part in enumerate(names):
+        if re.match(r"^user@[0-9]+\.service$", part):
+            return part
+    units = [part for part in names if re.match(r"^.+\.(service|scope)$", part)]
+    return units[-1] if units else None
+
+
+def unit_cgroup(name):
+    if not name:
+        return None
+    out = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", "--", name],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30, check=False)
+    return out.stdout.decode().strip() or None
+
+
+def in_unit(path, group):
+    """The cgroup path is the unit's control group or below it."""
+    return bool(group and path and (path == group or path.startswith(group.rstrip("/") + "/")))
+
+
+def listeners(port, host):
+    """The inodes of LISTEN sockets on PORT that clash with HOST."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    local, state, inode = fields[1], fields[3], fields[9]
+                    # 0A = LISTEN
+                    addr, lport = local.rsplit(":", 1)
+                    if state == "0A" and int(lport, 16) == port and clashes(addr, host):
+                        inodes.add("socket:[%s]" % inode)
+        except OSError:
+            pass
+    return inodes
+
+
+def owners_of(inodes, group):
+    owners = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             fds = os.listdir("/proc/%s/fd" % pid)
@@ -61,10 +102,26 @@ if inodes:
                 # field 22 (start time in clock ticks), counted after the ")" that ends comm
                 start_time = int(f.read().rsplit(")", 1)[1].split()[19])
             with open("/proc/%s/cgroup" % pid) as f:
-                units = re.findall(r"/([^/]+\.(?:service|scope))(?:/|$)", f.read())
-            owners.append({"pid": int(pid), "start_time": start_time, "name": name,
-                           "cmdline": cmdline or name, "unit": units[-1] if units else None})
+                path = systemd_path(f.read())
+            uid = os.stat("/proc/%s" % pid).st_uid
+            owners.append({"pid": int(pid), "start_time": start_time, "uid": uid, "name": name,
+                           "cmdline": cmdline or name, "unit": unit_of(path), "cgroup": path,
+                           "in_unit": in_unit(path, group)})
         except OSError:
             continue  # gone meanwhile, or not ours to read
+    return owners
 
-print(json.dumps({"port": port, "host": host, "listening": bool(inodes), "owners": owners}))
+
+def main(argv):
+    port = int(argv[1])
+    host = argv[2] if len(argv) > 2 else "0.0.0.0"
+    unit = argv[3] if len(argv) > 3 else None
+    inodes = listeners(port, host)
+    group = unit_cgroup(unit)
+    owners = owners_of(inodes, group) if inodes else []
+    print(json.dumps({"port": port, "host": host, "listening": bool(inodes), "owners": owners,
+                      "unit": unit, "unit_cgroup": group}))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

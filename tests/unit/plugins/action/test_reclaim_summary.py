@@ -2,6 +2,7 @@
 import json
 
 from ansible_collections.gpuops.reclaim.plugins.action.reclaim_summary import host_record, host_report
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # The same gpu_reclaim result the report's tests read.
 from ..filter.test_gpu_report import RESULT
@@ -166,3 +167,14 @@ def test_no_container_stopped_records_none():
     record = host_record(dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None,
                               inference_service__containers_stopped=skipped))
     assert record["server"]["container_adoption"] is None
+
+
+def test_summary_report_lines_hold_no_control_character_of_a_holders_title():
+    holder = dict(RESULT["holders"][0], name="x\nGPU 3: 0 free", cmdline="x\nGPU 3: 0 free \x1b[2K")
+    action = dict(RESULT["actions"][0], name="x\nGPU 3: 0 free")
+    host = {"gpus_free_result": dict(RESULT, holders=[holder], actions=[action])}
+    lines = host_report("node1", host, host_record(host), False)
+    assert len(lines) == 3 and all(line.startswith("node1: ") for line in lines), lines
+    assert not any(ch in "".join(lines) for ch in "\n\r\x1b"), lines
+    shown = escape_text("x\nGPU 3: 0 free")
+    assert shown in lines[1] and shown in lines[2], lines

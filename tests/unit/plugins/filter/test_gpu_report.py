@@ -3,6 +3,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.reclaim.plugins.filter.gpu_report import gpu_report
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 ROW = {"index": 2, "memory_used_mib": 76000, "memory_total_mib": 81920, "free": False, "holders": [194909],
        "uuid": "GPU-x", "handles": []}
@@ -45,3 +46,22 @@ def test_brief_report_of_a_result_that_did_nothing_is_one_line():
     # A result that acted, or failed, keeps its whole table.
     assert len(gpu_report(RESULT, brief=True)) == 3
     assert len(gpu_report(dict(free, failed=True), brief=True)) == 2
+
+
+# --- issue 22 item 6: a holder's title cannot forge a line of the table ----------------------------
+
+FORGED = "GPU 3: 0/81920 MiB -> 0 MiB free"
+
+
+def test_a_title_with_a_newline_and_an_esc_sequence_stays_on_its_line():
+    # argv[0] chosen by a node's user: a newline, a forged GPU line, and ESC [2K (erase line) + CR.
+    title = "worker\n" + FORGED + "\x1b[2K\rsshd"
+    holder = dict(RESULT["holders"][0], name="worker\n\x1b[31m", cmdline=title, unit="a\x0ab.service")
+    action = dict(RESULT["actions"][0], name="worker\n" + FORGED, result="exited\x1b]0;pwned\x07")
+    lines = gpu_report(dict(RESULT, holders=[holder], actions=[action]))
+    text = "\n".join(lines)
+    assert len(lines) == 3, lines                       # title, one GPU, one action: nothing more
+    assert not any(line.startswith(FORGED) for line in text.splitlines()), lines
+    assert not any(ch in text for ch in "\x1b\r\x07"), lines
+    assert lines[1] == "GPU 2: 76000/81920 MiB -> 0 MiB free  holders: 194909(%s)" % escape_text("worker\n\x1b[31m/a\nb.service")
+    assert lines[2].endswith(escape_text("worker\n" + FORGED + ": exited\x1b]0;pwned\x07")), lines[2]

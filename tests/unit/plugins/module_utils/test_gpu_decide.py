@@ -489,7 +489,7 @@ def test_every_process_is_read_when_the_listed_ones_do_not_explain_the_memory(gp
 
 def test_sentences_escape_names_users_chose():
     # A user titles her process with a newline and an escape sequence: no sentence or failure
-    # message carries them raw (gpu_text.printable).
+    # message carries them raw (gpu_text.escape_text).
     evil = 'x\nGPU 2 free\x1b[2J'
     s = snap([gpu(2, used=76107)], [proc(10, name=evil, state='disk-sleep', fds=['/dev/nvidia2'],
                                          maps=['/dev/nvidia2'], ppid=11)])
@@ -499,7 +499,7 @@ def test_sentences_escape_names_users_chose():
     texts = decide.diagnose(s, holders, [], rows) + [decide.failure_message(rows, holders, 1.0, False)]
     for text in texts:
         assert '\n' not in text and '\x1b' not in text, text
-    assert any('PID 10 (x\\x0aGPU 2 free\\x1b[2J)' in t for t in texts)
+    assert any('PID 10 (x\\nGPU 2 free\\x1b[2J)' in t for t in texts)
     zombie = dict(holders[0], state='zombie')
     said = decide.skip_sentence(zombie, decide.skip_code(zombie, ()))
     assert '\x1b' not in said and 'p\\x1bq' in said

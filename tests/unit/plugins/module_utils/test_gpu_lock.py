@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lock
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 HOLD = r"""
 import sys, time
@@ -29,6 +30,11 @@ def holder(path, seconds):
                             stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == 'held'
     return proc
+
+
+@pytest.fixture(autouse=True)
+def private_tmp(tmp_path):
+    tmp_path.chmod(0o700)     # the lock's directory must be this user's alone
 
 
 def test_free_lock_is_taken_at_once(tmp_path):
@@ -82,8 +88,95 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
         assert lock.held_by is None
 
 
-def test_lock_path_picks_a_writable_directory(tmp_path):
-    assert gpu_lock.lock_path((str(tmp_path / 'missing'), str(tmp_path))) == str(tmp_path / gpu_lock.LOCK_NAME)
+def test_the_host_lock_is_in_a_directory_only_root_can_enter():
+    assert gpu_lock.LOCK_PATH == '/run/gpuops/gpu-reclaim.lock'
+    assert gpu_lock.HostLock(1).path == gpu_lock.LOCK_PATH
+    assert not gpu_lock.LOCK_PATH.startswith(('/run/lock/', '/var/lock/', '/tmp/'))
+
+
+# --- issue 22 item 3: nobody but the run's own user (root) can hold or replace the lock ----------
+
+def private(tmp_path, name='d'):
+    folder = tmp_path / name
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o700)
+    return folder
+
+
+def test_a_missing_directory_is_made_0700_and_the_file_0600(tmp_path):
+    path = tmp_path / 'gpuops' / 'l'
+    tmp_path.chmod(0o700)
+    with gpu_lock.HostLock(1, path=str(path)):
+        assert oct(os.stat(str(path.parent)).st_mode & 0o777) == '0o700'
+        assert oct(os.stat(str(path)).st_mode & 0o777) == '0o600'
+        assert os.stat(str(path.parent)).st_uid == os.geteuid()
+
+
+@pytest.mark.parametrize('mode', [0o755, 0o750, 0o711, 0o1777, 0o701])
+def test_a_directory_others_can_enter_is_refused_naming_it(tmp_path, mode):
+    folder = private(tmp_path)
+    folder.chmod(mode)
+    with pytest.raises(gpu_lock.LockUnsafe) as caught:
+        gpu_lock.HostLock(1, path=str(folder / 'l')).acquire()
+    assert str(caught.value).startswith('the host lock %s directory is owned by uid %d with mode %04o'
+                                        % (folder, os.geteuid(), mode)), caught.value
+    assert 'signalled nothing' in str(caught.value)
+    assert not (folder / 'l').exists(), 'nothing may be created in a refused directory'
+
+
+def test_a_directory_owned_by_another_user_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip('chown to another user needs root')
+    folder = private(tmp_path)
+    os.chown(str(folder), 1000, 1000)
+    with pytest.raises(gpu_lock.LockUnsafe) as caught:
+        gpu_lock.HostLock(1, path=str(folder / 'l')).acquire()
+    assert 'directory is owned by uid 1000 with mode 0700 (it must be uid 0' in str(caught.value)
+
+
+def test_a_directory_that_is_a_link_is_not_followed(tmp_path):
+    target = private(tmp_path, 'elsewhere')
+    os.symlink(str(target), str(tmp_path / 'd'))
+    with pytest.raises(gpu_lock.LockUnsafe) as caught:
+        gpu_lock.HostLock(1, path=str(tmp_path / 'd' / 'l')).acquire()
+    assert 'the host lock %s directory is a symbolic link' % (tmp_path / 'd') in str(caught.value)
+    assert os.listdir(str(target)) == []
+
+
+def test_a_lock_file_that_is_a_link_is_not_followed(tmp_path):
+    folder = private(tmp_path)
+    victim = tmp_path / 'victim'
+    victim.write_text('keep me')
+    os.symlink(str(victim), str(folder / 'l'))
+    with pytest.raises(gpu_lock.LockUnsafe) as caught:
+        gpu_lock.HostLock(1, path=str(folder / 'l')).acquire()
+    assert 'the host lock %s file is a symbolic link' % (folder / 'l') in str(caught.value)
+    assert victim.read_text() == 'keep me'
+
+
+def test_a_lock_file_owned_by_another_user_or_not_a_file_is_refused(tmp_path):
+    folder = private(tmp_path)
+    os.mkfifo(str(folder / 'l'))
+    with pytest.raises(gpu_lock.LockUnsafe) as caught:
+        gpu_lock.HostLock(1, path=str(folder / 'l')).acquire()
+    assert 'file is not a regular file owned by uid %d' % os.geteuid() in str(caught.value)
+    if os.geteuid() == 0:
+        os.unlink(str(folder / 'l'))
+        (folder / 'l').write_text('')
+        os.chown(str(folder / 'l'), 1000, 1000)
+        with pytest.raises(gpu_lock.LockUnsafe) as caught:
+            gpu_lock.HostLock(1, path=str(folder / 'l')).acquire()
+        assert 'owner uid 1000' in str(caught.value)
+
+
+def test_a_run_that_is_not_root_takes_no_host_lock(monkeypatch):
+    monkeypatch.setattr(os, 'geteuid', lambda: 1000)
+    lock = gpu_lock.host_lock(5)
+    with lock:
+        pass
+    assert lock.report() == {'path': None, 'waited_s': 0.0, 'waited_for': None}
+    monkeypatch.setattr(os, 'geteuid', lambda: 0)
+    assert isinstance(gpu_lock.host_lock(5), gpu_lock.HostLock)
 
 
 # A holder that is not a gpu_reclaim run (flock(1), a script) writes nothing into the file.
@@ -148,3 +241,20 @@ def test_flock_holder_is_none_for_a_holder_outside_our_pid_namespace_or_a_garble
 
 def test_flock_holder_names_a_pid_whose_stat_is_gone_by_its_number(tmp_path):
     assert _flock_holder_from(tmp_path, "1: FLOCK  ADVISORY  WRITE 5151 {dev}:{ino} 0 EOF\n") == 'PID 5151'
+
+
+def test_a_holders_title_is_escaped_in_its_name(tmp_path):
+    path = tmp_path / 'l'
+    path.write_text('')
+    st = os.stat(str(path))
+    locks = tmp_path / 'locks'
+    locks.write_text('1: FLOCK  ADVISORY  WRITE 4343 %02x:%02x:%d 0 EOF\n'
+                     % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    stat = open('/proc/self/stat').read()
+    (tmp_path / 'proc' / '4343').mkdir(parents=True)
+    (tmp_path / 'proc' / '4343' / 'stat').write_text('4343 (x\nGPU 0: free) ' + stat[stat.rindex(')') + 2:])
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        assert gpu_lock._flock_holder(fd, str(locks), str(tmp_path / 'proc')) == 'PID 4343 (%s)' % escape_text('x\nGPU 0: free')
+    finally:
+        os.close(fd)

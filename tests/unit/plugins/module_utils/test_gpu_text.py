@@ -1,31 +1,39 @@
-"""gpu_text.printable: what a user puts in a process title or a cgroup name cannot forge a
-line or drive the terminal once printed."""
+"""gpu_text.escape_text: what a node's users write (titles, command lines, cgroup names) prints
+as one field of one line (issue 22 item 6)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import printable
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 
-@pytest.mark.parametrize("raw, shown", [
-    ("sglang::scheduler_TP0", "sglang::scheduler_TP0"),
-    ("python3 -m sglang.launch_server --port 30000", "python3 -m sglang.launch_server --port 30000"),
-    ("x\nGPU 0 free", "x\\x0aGPU 0 free"),
-    ("\x1b[2J\x1b[1;1Hok", "\\x1b[2J\\x1b[1;1Hok"),
-    ("a\rb\tc\x7f\x85", "a\\x0db\\x09c\\x7f\\x85"),
-    ("evil\u202eexe.txt", "evil\\u202eexe.txt"),      # right-to-left override
-    ("a\u2028b", "a\\u2028b"),                        # line separator
-    ("zero\u200bwidth", "zero\\u200bwidth"),
-    ("caf\u00e9 \u4e2d\u6587", "caf\u00e9 \u4e2d\u6587"),   # printable text stays
-    ("bad\udcffbyte", "bad\\udcffbyte"),              # a surrogate from an undecodable byte
+@pytest.mark.parametrize('raw, shown', [
+    ('sglang::scheduler_TP0', 'sglang::scheduler_TP0'),          # ordinary text unchanged
+    ('a b/c.service -- x=1 "q" \'q\' \\', 'a b/c.service -- x=1 "q" \'q\' \\'),
+    ('a\nb', 'a\\nb'), ('a\rb', 'a\\rb'), ('a\tb', 'a\\tb'),
+    ('\x1b[2J\x1b[H', '\\x1b[2J\\x1b[H'),                        # ESC: clear screen, home
+    ('\x00\x07\x08\x7f', '\\x00\\x07\\x08\\x7f'),
+    (u'\x85\x9b', '\\x85\\x9b'),                                  # C1: NEL, CSI
+    (u'a\u2028b\u2029', 'a\\u2028b\\u2029'),                     # line / paragraph separators
+    (u'\u202eevil\u2066', '\\u202eevil\\u2066'),                 # bidi override, isolate
+    (u'caf\xe9 \u4e2d', u'caf\xe9 \u4e2d'),                       # printable non-ASCII unchanged
+    (u'zero\u200bwidth', 'zero\\u200bwidth'),                    # format characters (Cf)
+    (u'bad\udcffbyte', 'bad\\udcffbyte'),                        # a surrogate from an undecodable byte
+    (u'x\nGPU 0 free', 'x\\nGPU 0 free'),                        # a forged table line
 ])
-def test_printable(raw, shown):
-    assert printable(raw) == shown
-    assert printable(raw).isprintable()
+def test_escape_text(raw, shown):
+    assert escape_text(raw) == shown
+    assert escape_text(raw).isprintable()
 
 
-def test_none_and_non_strings():
-    assert printable(None) is None
-    assert printable(42) == "42"
+def test_bytes_none_and_other_types():
+    assert escape_text(b'x\n\xff') == u'x\\n\ufffd'
+    assert escape_text(None) is None
+    assert escape_text(4242) == '4242'
+
+
+def test_the_escaped_text_has_no_line_break_for_any_character():
+    every = u''.join(chr(c) for c in range(0x3000))
+    assert len(escape_text(every).splitlines()) == 1
