@@ -99,10 +99,18 @@ CONTAINER_LAB = LAB_CONTAINERS=1 LAB_NODES=1 \
 	LAB_STATE=$${LAB_STATE:-/var/lib/gpuops-lab}-containers LAB_RUN=$${LAB_RUN:-/run/gpuops-lab}-containers \
 	LAB_ADDR_BASE=$${LAB_CONTAINERS_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 40 ))}
 
+# The runtime tests (real dockerd, supervisord, runit: the runtimes layer, LAB_RUNTIMES=1) get
+# a private lab the same way: base + 50 unless LAB_RUNTIMES_ADDR_BASE says.
+RUNTIMES_LAB = LAB_RUNTIMES=1 LAB_NODES=1 \
+	LAB_STATE=$${LAB_STATE:-/var/lib/gpuops-lab}-runtimes LAB_RUN=$${LAB_RUN:-/run/gpuops-lab}-runtimes \
+	LAB_ADDR_BASE=$${LAB_RUNTIMES_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 50 ))}
+RUNTIME_TESTS = tests/integration/test_docker.py tests/integration/test_supervisors.py tests/integration/test_lxc.py
+
 lab-test: venv host-deps fakegpu collection-link
 	mkdir -p $(SKIP_DIR)
 	$(VPY) -m pytest -q -rsx tests/integration 2>&1 | tee $(SKIP_DIR)/lab-test.log
 	$(CONTAINER_LAB) $(VPY) -m pytest -q -rsx tests/integration/test_containers.py 2>&1 | tee $(SKIP_DIR)/lab-test-containers.log
+	$(RUNTIMES_LAB) $(VPY) -m pytest -q -rsx $(RUNTIME_TESTS) 2>&1 | tee $(SKIP_DIR)/lab-test-runtimes.log
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared
 # extensions/molecule/config.yml; the default scenario boots the lab once for all.

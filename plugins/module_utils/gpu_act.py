@@ -26,7 +26,8 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import 
     ProcessGone, read_identity, user_manager_call)
 
 SENT, GONE, REUSED, REFUSED = 'sent', 'gone', 'reused', 'refused'
-SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT'}
+SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT',
+                signal.SIGSTOP: 'SIGSTOP'}
 # Every command this module runs is bounded; systemctl answers in milliseconds when healthy.
 SYSTEMCTL_TIMEOUT_S = 30
 

@@ -636,9 +636,10 @@ def respawner_lever(parent, match_patterns, holds_gpu):
 
 def respawn_message(parent):
     """The failure sentence for a parent that keeps respawning holders and was not ended."""
-    return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; stop it yourself, or '
-            'run again with `match` covering it.'
-            % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], parent['reason']))
+    return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; end it first (`kill %d`), '
+            'or run again with `match` covering it.'
+            % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], parent['reason'],
+               parent['pid']))
 
 
 def units_to_stop(targets, protected_units, vendor_units=None):

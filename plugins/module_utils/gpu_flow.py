@@ -22,6 +22,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
@@ -52,13 +53,6 @@ RECLAIM_ARGUMENT_SPEC = dict(
 )
 
 
-# After the last signal, how long the ladder watches the live parents of the processes it
-# ended for a respawn (a new child with the same command line) before it calls the GPUs free.
-# Measured on a lab node (5 kills each): a `while true; do holder; sleep 0.2; done` bash loop
-# forks the new holder 0.21-0.24 s after the old one is killed, a Python supervisor loop
-# (subprocess.call, time.sleep(0.2)) 0.21-0.22 s; the window is 4x that, for loaded hosts.
-# It is only spent while such a parent lives (not for orphans of PID 1, nor units).
-SETTLE_S = 1.0
 # How long memory that no visible process holds, on a GPU the ladder ended nothing on, is
 # watched for falling before waiting for it is given up (a leak or a holder out of sight).
 FALLING_S = 1.0
@@ -297,8 +291,30 @@ class Surveyor(object):
         return decide.describe(proc, snapshot, [], {}, set(), 'respawner', self.protect,
                                self.own_ancestors, units, [], facts)
 
-    def children(self, pid):
-        return observe.children_of(pid, self.proc)
+    # --- what gpu_respawn.Watch reads ---------------------------------------------------------
+
+    def peek(self, pid):
+        """gpu_respawn.Link of a process, without its protection; raises gpu_observe.ProcError."""
+        stat = observe.read_stat(pid, self.proc)
+        try:
+            exe = observe.read_exe(pid, self.proc)
+            program = respawn.Program(exe.path, exe.dev, exe.ino,
+                                      bool(stat.flags & observe.FORKNOEXEC_FLAG))
+        except observe.AccessDenied:
+            program = None
+        return respawn.Link(pid, stat.ppid, stat.start_time, program, None)
+
+    def link(self, pid):
+        """gpu_respawn.Link of an ancestor, with whether it is protected; raises
+        gpu_observe.ProcError."""
+        peeked = self.peek(pid)
+        proc = observe.describe_process(pid, self.proc)
+        reason = decide.protection_reason(proc, self.own_ancestors, self.protect,
+                                          vendor_infrastructure=self.backend.infrastructure)
+        return peeked._replace(protected=reason is not None)
+
+    def descendants(self, pid):
+        return observe.descendants_of(pid, self.proc)
 
     def identity(self, pid):
         """Identity of a process, or None when it is gone."""
@@ -404,8 +420,9 @@ class Ladder(object):
         self.respawning_guest_units = set()   # (guest cgroup, unit) seen restarting what was killed
         self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
         self.unreachable = set()  # PIDs alive after SIGKILL
-        self.watched = {}         # live parent PID -> what it had when its children were ended
-        self.respawn_targets = []  # respawning parents (and their new children) to end next
+        self.respawns = respawn.Watch(surveyor, clock, observe.ProcError)   # the watched ancestors
+        self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
+        self.respawn_targets = []  # respawners (and their new processes) to end next
         self.respawners = []      # respawning parents this run may not end: the failure names them
 
     def _record(self, action, since=None):
@@ -437,7 +454,9 @@ class Ladder(object):
         try:
             last = self._climb(first)
         except (observe.ObserveError, pattern_error()) as exc:
-            # The driver stopped answering after the ladder acted: say what was done so far.
+            # The driver stopped answering after the ladder acted: say what was done so far, and
+            # let go of what it froze (the host no worse than it was found).
+            self._thaw()
             return self._interrupted(first, exc)
         # Check mode changed nothing: the GPUs are as the first survey found them.
         return self._result(first, first if self.actor.recording else last)
@@ -531,123 +550,124 @@ class Ladder(object):
                                     container=owner['id'], runtime=owner['runtime'], name=owner['name']), since)
         return bool(containers)
 
-    # --- respawns ---------------------------------------------------------------------------
+    # --- respawns (gpu_respawn: which ancestors are watched, what counts as a respawn) -----------
 
     def _watch_parents(self, targets):
-        """Before ending targets, note each live parent that could bring them back (not PID 1,
-        not this module's tree, not a target itself) with the children it has now."""
-        if self.actor.recording:
-            return
-        target_pids = set(t['pid'] for t in targets)
-        for target in targets:
-            ppid = target['ppid']
-            if not ppid or ppid <= 1 or ppid in target_pids or ppid in self.surveyor.own_ancestors:
-                continue
-            entry = self.watched.get(ppid)
-            if entry is None:
-                identity = self.surveyor.identity(ppid)
-                try:
-                    known = set(self.surveyor.children(ppid))
-                except observe.ProcError:
-                    continue
-                if identity is None:
-                    continue
-                entry = self.watched[ppid] = {'start_time': identity.start_time, 'known': known,
-                                              'ended': {}, 'since': self.clock()}
-            entry['ended'][target['pid']] = target['cmdline']
-            entry['known'].add(target['pid'])
-
-    def _live_watched(self):
-        for ppid, entry in list(self.watched.items()):
-            identity = self.surveyor.identity(ppid)
-            if identity is None or identity.start_time != entry['start_time'] or identity.state == 'zombie':
-                del self.watched[ppid]
-        return self.watched
+        """Before ending targets, watch their live ancestors (gpu_respawn.Watch.add)."""
+        if not self.actor.recording:
+            self.respawns.add(targets)
 
     def _respawned(self, survey):
-        """Holders on the selected GPUs that a watched parent started after its children were
-        ended: each such parent is dealt with (made the target, or named). True when found."""
-        found = {}
-        for holder in survey.holders_of_selected():
-            entry = self._live_watched().get(holder['ppid'])
-            if entry is not None and holder['pid'] not in entry['known'] and set(holder['context_gpus']):
-                found.setdefault(holder['ppid'], []).append(holder['pid'])
-        for ppid, pids in found.items():
-            self._respawn(ppid, pids, survey)
+        """A watched ancestor that already brought a holder back (it runs an ended program again,
+        or holds a context on the selected GPUs) is dealt with: made the target, or named. True
+        when one did."""
+        if not self.respawns.watched():
+            return False
+        holders = set(h['pid'] for h in survey.holders_of_selected() if h['context_gpus'])
+        found = self.respawns.poll(holders)
+        for pid, new_pids in sorted(found.items()):
+            self._respawn(pid, new_pids, survey)
         return bool(found)
 
     def _settle(self, survey):
-        """The GPUs read free: watch the live parents of what was ended for SETTLE_S, for a
-        new child with an ended holder's command line. True when one came (respawn handled)."""
-        if not self._live_watched():
+        """The GPUs read free: watch the live watched ancestors for up to gpu_respawn.WATCH_S, and
+        no longer than one of them lives. True when one brought a holder back (handled)."""
+        watched = self.respawns.watched()
+        if not watched:
             return False
         found = {}
 
         def respawn_seen_or_none_left():
-            live = self._live_watched()
-            for ppid, entry in live.items():
-                try:
-                    children = self.surveyor.children(ppid)
-                except observe.ProcError:
-                    continue
-                for pid in children:
-                    if pid in entry['known']:
-                        continue
-                    try:
-                        cmdline = self.surveyor.describe(pid, survey.snapshot)['cmdline']
-                    except observe.ProcessGone:
-                        continue
-                    if cmdline in entry['ended'].values():
-                        found.setdefault(ppid, []).append(pid)
-            # A parent that exits (`sh -c 'server & wait'` once its child is gone) respawns
-            # nothing: the window ends when none is left.
-            return bool(found) or not live
+            found.update(self.respawns.poll())
+            return bool(found) or not self.respawns.watched()
 
         since = self.clock()
-        watched = sorted(self.watched)
-        self.actor.wait_until(respawn_seen_or_none_left, SETTLE_S)
-        for ppid, pids in found.items():
-            self._respawn(ppid, pids, survey)
+        self.actor.wait_until(respawn_seen_or_none_left, respawn.WATCH_S)
+        for pid, new_pids in sorted(found.items()):
+            self._respawn(pid, new_pids, survey)
         if not found:
-            self._record(act.Action('settle', 'PID %s' % ', '.join(str(p) for p in watched),
-                                    'no respawn by these parents (alive %s, or exited)' % _seconds(SETTLE_S),
-                                    False, pids=watched), since)
+            took = self.clock() - since
+            alive = self.respawns.watched()
+            if alive:
+                result = 'no respawn within %s (the bound); alive, not signalled: PID %s' % (
+                    _seconds(respawn.WATCH_S), ', '.join(str(p) for p in alive))
+            else:
+                result = 'no respawn: none of them alive after %s' % _seconds(took)
+            self._record(act.Action('settle', 'PID %s' % ', '.join(str(p) for p in watched), result, False,
+                                    pids=watched, watched_s=round(took, 3), bound_s=respawn.WATCH_S), since)
         return bool(found)
 
-    def _respawn(self, ppid, new_pids, survey):
-        entry = self.watched.pop(ppid)
+    def _respawn(self, pid, new_pids, survey):
+        """Ancestor `pid` brought a holder back as `new_pids`: when decide allows, it and every
+        process started under it since the watch began are frozen (SIGSTOP, so none can start
+        another) and become the next targets; otherwise it is named in the failure."""
+        entry = self.respawns.pop(pid)
         try:
-            parent = self.surveyor.describe(ppid, survey.snapshot)
+            parent = self.surveyor.describe(pid, survey.snapshot)
         except observe.ProcessGone:
             return
-        holds_gpu = any(h['pid'] == ppid for h in survey.holders)
+        if parent['start_time'] != entry.start_time:
+            return
+        holds_gpu = any(h['pid'] == pid for h in survey.holders)
         lever = decide.respawner_lever(parent, self.match, holds_gpu)
-        after = self.clock() - entry['since']
         what = 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
-            ', '.join(str(p) for p in sorted(entry['ended'])), ', '.join(str(p) for p in new_pids), after)
+            ', '.join(str(p) for p in sorted(entry.ended)), ', '.join(str(p) for p in new_pids),
+            self.clock() - entry.since)
         if lever:
             self.respawners.append(dict(parent, reason=lever, respawned=what))
             result = '%s; not signalled: %s' % (what, lever)
         else:
-            self.respawn_targets.append(parent)
-            for pid in new_pids:
+            result = '%s; the %s becomes the target' % (what, respawn.kinship(entry.depth))
+        self._record(act.Action('respawn', _who(parent), result, False, pid=pid, name=parent['name'],
+                                pids=list(new_pids)))
+        if not lever:
+            self.respawn_targets += self._freeze(parent, entry, survey)
+
+    def _freeze(self, parent, entry, survey):
+        """SIGSTOP the respawner, then, top down, what started under it since the watch began,
+        until nothing new appears: a stopped process forks nothing, so no restarted worker
+        escapes between this look and the signals. Returns them (state stopped: the ladder sends
+        SIGCONT right after SIGTERM)."""
+        frozen, seen = [], set()
+        candidates = [parent]
+        for _round in range(8):
+            for holder in candidates:
+                action = self._signal(holder, signal.SIGSTOP)
+                if action.changed:
+                    holder['state'] = 'stopped'
+                    self.frozen[(holder['pid'], holder['start_time'])] = holder
+                    frozen.append(holder)
+            fresh = [p for p in self.respawns.new_descendants(entry) if p not in seen]
+            seen.update(fresh)
+            candidates = []
+            for pid in fresh:
                 try:
                     child = self.surveyor.describe(pid, survey.snapshot)
                 except observe.ProcessGone:
                     continue
                 if not child['protected']:
-                    self.respawn_targets.append(child)
-            result = '%s; the parent becomes the target' % what
-        self._record(act.Action('respawn', _who(parent), result, False, pid=ppid, name=parent['name'],
-                                pids=list(new_pids)))
+                    child['kind'] = 'respawned'
+                    candidates.append(child)
+            if not candidates:
+                break
+        return frozen
 
     def _give_up_respawns(self):
-        """Respawning parents still to be ended when the passes ran out are named, not ended."""
+        """Respawners still to be ended when the passes ran out are named, not ended, and what it
+        froze is let go (SIGCONT): the host is left as it was found."""
         for target in self.respawn_targets:
             if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
                 self.respawners.append(dict(target, reason='the passes ran out before it was ended',
                                             respawned='see actions'))
         self.respawn_targets = []
+        self._thaw()
+
+    def _thaw(self):
+        """SIGCONT to what the ladder froze and has not let go since, the last frozen first."""
+        for key, holder in reversed(list(self.frozen.items())):
+            if key not in self.killed:
+                self._signal(holder, signal.SIGCONT)
+        self.frozen = {}
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -668,8 +688,8 @@ class Ladder(object):
                 result, changed = self.actor.stop_user_unit(uid, unit, 0 if self.force else self.term_timeout)
                 self._record(act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid), since)
                 if changed:
-                    self.ended_gpus.update(g for t in targets if (t['owner'].get('uid'), t['owner'].get('unit'))
-                                           == (uid, unit) for g in t['gpus'])
+                    mine = [t for t in targets if (t['owner'].get('uid'), t['owner'].get('unit')) == (uid, unit)]
+                    self.ended_gpus.update(g for t in mine for g in t['gpus'])
             if units or user_units:
                 targets = self.actor.alive(targets)
         killed = []
@@ -680,6 +700,7 @@ class Ladder(object):
             for holder, action in terms:
                 if action.changed and holder['state'] == 'stopped':
                     self._signal(holder, signal.SIGCONT)
+                    self.frozen.pop((holder['pid'], holder['start_time']), None)
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say), and a traced stopped one cannot act on it:
             # waiting out the grace for them frees nothing.

@@ -24,6 +24,7 @@ import time
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
+FORKNOEXEC_FLAG = 0x00000040  # PF_FORKNOEXEC: forked and not (yet) exec'd; cleared by execve
 _SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn
 
 STATE_NAMES = {
@@ -63,6 +64,8 @@ class AccessDenied(ProcError):
 Stat = collections.namedtuple('Stat', 'comm state ppid start_time flags')
 # A process's identity: a reused PID has a later start time.
 Identity = collections.namedtuple('Identity', 'start_time state')
+# The program a process runs: /proc/PID/exe's target and the (device, inode) of that file.
+Exe = collections.namedtuple('Exe', 'path dev ino')
 
 
 class GpuState(object):
@@ -622,6 +625,38 @@ def _related_names(procs, proc):
                 except ProcError:
                     names[pid] = None
     return names
+
+
+def read_exe(pid, proc='/proc'):
+    """Exe(path, dev, ino) of the program the process runs; raises ProcessGone (also for a
+    zombie or a kernel thread, which run none) or AccessDenied (another user's process, without
+    root). The path of a program replaced on disk since ends in ' (deleted)'; its (dev, ino)
+    still name the file the process runs."""
+    link = '%s/%d/exe' % (proc, pid)
+    try:
+        path = os.readlink(link)
+        info = os.stat(link)
+    except OSError as exc:
+        raise _proc_error(exc, pid, 'exe')
+    return Exe(path, info.st_dev, info.st_ino)
+
+
+def descendants_of(pid, proc='/proc', limit=4096):
+    """{descendant PID: its parent PID} for every live descendant of `pid`, parents before
+    their children, at most `limit` of them; empty when `pid` is gone."""
+    found = {}
+    queue = [pid]
+    while queue and len(found) < limit:
+        parent = queue.pop(0)
+        try:
+            children = children_of(parent, proc)
+        except ProcError:
+            continue
+        for child in children:
+            if child not in found and child != pid:
+                found[child] = parent
+                queue.append(child)
+    return found
 
 
 def children_of(pid, proc='/proc'):

@@ -33,10 +33,15 @@ description:
   - 3. sends SIGKILL to the survivors;
   - 4. rescans up to O(passes) times for holders that appeared or were left (respawns, forked
     children holding an inherited context, orphans) and treats them the same. Before it calls
-    the GPUs free it watches, for one second, the live parents of what it ended (not PID 1);
-    a parent that starts a new holder (a shell or Python loop, a supervisor) becomes the
-    target itself when it matches O(match) (or, without O(match), holds no GPU) and is not
-    protected; otherwise the task fails naming it (PID, name, command line);
+    the GPUs free it watches the live ancestors of what it ended (up to PID 1, its own process
+    tree, a systemd manager or a protected process; nothing for orphans of PID 1) for up to
+    3 seconds, and no longer than one of them lives. An ancestor under which a new process runs
+    the program of an ended one again (the same executable; whatever its title or command
+    line), or takes a GPU context, respawns it (a shell or Python loop, or a loop restarting the
+    launcher of the holder); it and what it started are stopped (SIGSTOP, so none starts
+    another) and become the targets when it matches O(match) (or, without O(match), holds no
+    GPU) and is not protected; otherwise the task fails naming it (PID, name, command line) and
+    the command that ends it;
   - 5. polls NVML until the used memory is back within O(free_threshold_mib) or
     O(release_timeout) runs out, with no fixed sleeps; a GPU that only holders it may not or
     could not end (protected, outside O(match), zombies, alive after SIGKILL) keep, or whose
@@ -233,9 +238,10 @@ actions:
     step:
       description:
         - "stop_container, stop_unit, stop_user_unit (a unit of a user's own manager, stopped as that
-          user), sigterm, sigcont (right after SIGTERM, to a stopped holder), sigkill,
-          unreachable, rescan, respawn (a live parent started a new holder after its child was ended),
-          settle (the live parents watched before calling the GPUs free), watch_respawn (after killing
+          user), sigstop (a respawner and what it started, before they are ended),
+          sigterm, sigcont (right after SIGTERM, to a stopped holder or a stopped respawner), sigkill,
+          unreachable, rescan, respawn (a watched ancestor ran an ended program again, or started a new
+          holder), settle (the live ancestors watched before calling the GPUs free), watch_respawn (after killing
           a guest's service from its host, whether the guest's systemd started it again), wait_release,
           persistence_off, reset, persistence_on."
       type: str
@@ -300,7 +306,7 @@ actions:
       type: int
       returned: when a GPU is concerned
     pids:
-      description: "The holders a rescan found left or new; the new children a respawn step saw; the parents a settle step watched."
+      description: "The holders a rescan found left or new; the new processes a respawn step saw; the ancestors a settle step watched."
       type: list
       elements: int
       returned: for rescan, respawn and settle
@@ -313,6 +319,14 @@ actions:
       description: "Seconds waited for the memory."
       type: float
       returned: for wait_release
+    watched_s:
+      description: "Seconds the ancestors were watched (at most C(bound_s); less when none was left alive)."
+      type: float
+      returned: for settle
+    bound_s:
+      description: "How long ancestors are watched at most."
+      type: float
+      returned: for settle
   sample:
     - {at_s: 0.012, step: sigterm, target: "PID 194909 (sglang::schedul)", pid: 194909, name: "sglang::schedul",
        gpus: [2], result: "still running 30.00 s after SIGTERM", changed: true}
@@ -352,14 +366,14 @@ spared:
   elements: dict
 remaining:
   description:
-    - Holders left on the selected GPUs, each with a C(reason), and each live parent that kept
+    - Holders left on the selected GPUs, each with a C(reason), and each live ancestor that kept
       respawning holders and was not ended (C(kind) C(respawner)).
     - Each also carries C(reason_code), why it is left, for callers and tests to read instead of
       the sentence. C(init) PID 1 or below; C(protected) (its C(protected_reason) says why);
       C(zombie) its parent must reap it; C(unmatched) outside O(match); C(survived) a target
       still alive after the ladder; C(peer_memory) maps peer memory of a GPU still held (its
       C(lever) says what to do); C(device_open) a handle on a GPU still held (blocks a reset);
-      C(respawns) a parent that kept respawning holders.
+      C(respawns) an ancestor that kept respawning holders.
   returned: always
   type: list
   elements: dict

@@ -5,12 +5,14 @@ s11's: it runs gpu_reclaim as users run it (no `match`, no `gpus`), and only whe
 that holds a GPU context is this run's own (on the device machine, every one is).
 """
 import os
+import shlex
 import shutil
 import signal
+import subprocess
 import time
 
-from suite import (MIB, Nvml, Skip, StepError, alive, comm_of, nvidia_nodes, proc_identity, smi_table,
-                   wait_for)
+from suite import (MIB, WORKLOAD, Nvml, Skip, StepError, alive, comm_of, nvidia_nodes, proc_identity,
+                   smi_table, wait_for)
 
 TERM_TIMEOUT = 3
 RELEASE_TIMEOUT = 30
@@ -732,6 +734,135 @@ def s12_many_ranks(ctx):
         _verify_free_after(ctx, [0], pids, time.monotonic())
 
 
+# --- 13, 14 ----------------------------------------------------------------------------------------------
+
+# The restarted worker's weights, on top of importing torch and creating its context (about 4 s in
+# all on the H200 of FIELD_NOTES): it re-titles itself first, then takes the GPU seconds later.
+RESPAWN_LOAD_S = 1.0
+RESPAWN_DELAY_S = 0.3         # the loop's `sleep`, as measured (FIELD_NOTES, H200 third round)
+
+
+def _descendants(pid):
+    """{pid: ppid} of every live descendant of pid (from /proc/PID/task/*/children)."""
+    found, queue = {}, [pid]
+    while queue:
+        parent = queue.pop(0)
+        try:
+            tids = os.listdir('/proc/%d/task' % parent)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open('/proc/%d/task/%s/children' % (parent, tid)) as handle:
+                    kids = [int(c) for c in handle.read().split()]
+            except (IOError, OSError, ValueError):
+                continue
+            for kid in kids:
+                if kid not in found:
+                    found[kid] = parent
+                    queue.append(kid)
+    return found
+
+
+def _exe(pid):
+    try:
+        return os.path.realpath('/proc/%d/exe' % pid)
+    except OSError:
+        return None
+
+
+def _start_loop(ctx, label, depth):
+    """A bash loop outside systemd that restarts, RESPAWN_DELAY_S after it ends, the worker (depth
+    1: the loop is the holder's parent) or a bash launcher that runs the worker and exits with it
+    (depth 2: the loop is its grandparent). The worker imports torch, re-titles itself
+    `sglang::scheduler_TP0 <run id>`, waits RESPAWN_LOAD_S, takes 1024 MiB on GPU 0 and writes the
+    ready file, which the loop removes before each start. The loop gives up by itself after the
+    suite's budget. Returns (popen, ready path, log path) as Suite.start does."""
+    suite = ctx.suite
+    suite.counter += 1
+    ready = os.path.join(suite.work, 'ready-%02d-%s.json' % (suite.counter, label))
+    log = os.path.join(suite.work, 'log-%02d-%s.txt' % (suite.counter, label))
+    life = max(30.0, suite.left() + 30.0)
+    worker = [suite.python, WORKLOAD, 'hold', '--ready', ready, '--max-life', '%.0f' % life,
+              '--backend', suite.backend, '--marker', suite.run_id, '--gpu', '0:1024',
+              '--title', 'sglang::scheduler_TP0 %s %s' % (suite.run_id, label), '--comm', 'sglang::scheduler_TP0',
+              '--import-first', '--load-s', str(RESPAWN_LOAD_S)]
+    command = ' '.join(shlex.quote(a) for a in worker)
+    if depth == 2:
+        command = 'bash -c %s' % shlex.quote('%s; exit $?' % command)
+    script = ('end=$((SECONDS + %d)); while [ $SECONDS -lt $end ]; do rm -f %s; %s; sleep %s; done'
+              % (life, shlex.quote(ready), command, RESPAWN_DELAY_S))
+    with open(log, 'w') as handle:
+        proc = subprocess.Popen(['bash', '-c', script], stdout=handle, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=suite.env(), cwd=suite.work)
+    suite.popens.append(proc)
+    return proc, ready, log
+
+
+def _respawn_loop(ctx, depth):
+    """A loop restarting a worker that imports torch, re-titles itself and takes CUDA again seconds
+    later: gpu_reclaim must not report free while the loop lives, and ends it (match covers it)."""
+    suite = ctx.suite
+    label = 's13' if depth == 1 else 's14'
+    started = _start_loop(ctx, label, depth)
+    loop, ready_path = started[0].pid, started[1]
+    first = suite.wait_ready(started)
+    ctx.num('loop_pid', loop)
+    ctx.num('first_worker', dict((k, first.get(k)) for k in ('pid', 'ppid', 'comm', 'cmdline')))
+    ctx.num('torch_import_s', (first.get('runtime') or {}).get('import_s'))
+    ctx.check('the worker re-titled itself', (first.get('comm') or '').startswith('sglang::'),
+              first.get('comm'), hard=False)
+    ancestry = [first['ppid']] if depth == 1 else [first['ppid'], (proc_identity(first['ppid']) or ('', None))[1]]
+    ctx.check('the loop is the worker\'s %s' % ('parent' if depth == 1 else 'grandparent'),
+              ancestry[-1] == loop, ancestry)
+
+    # The shape without the module: how soon the loop has a new process of the worker's program,
+    # and how soon that one holds the GPU again.
+    program = _exe(first['pid'])
+    t0 = time.monotonic()
+    os.kill(first['pid'], signal.SIGKILL)
+    new, waited = wait_for(lambda: [p for p in _descendants(loop) if p != first['pid'] and _exe(p) == program],
+                           30, 0.005)
+    ctx.num('respawn_new_process_of_the_program_s', waited if new else None)
+    wait_for(lambda: not os.path.exists(ready_path), 30, 0.01)
+    second = suite.wait_ready(started, timeout=120)
+    ctx.num('respawn_holds_gpu_again_s', round(time.monotonic() - t0, 3))
+    ctx.check('the restarted worker takes the GPU only seconds after it exists (the old 1 s window missed it)',
+              time.monotonic() - t0 - waited > 1.0, round(time.monotonic() - t0, 3), hard=False)
+    ctx.num('second_worker', dict((k, second.get(k)) for k in ('pid', 'ppid', 'comm')))
+
+    started_at = time.monotonic()
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0]))
+    ctx.num('reclaim_module_elapsed_s', res.get('elapsed_s'))
+    ctx.num('reclaim_msg', res.get('msg'))
+    ctx.num('actions', [dict((k, a.get(k)) for k in ('at_s', 'step', 'pid', 'pids', 'result'))
+                        for a in res.get('actions') or []])
+    loop_alive = alive(loop)
+    ctx.check('gpu_reclaim does not report free while the loop lives', not (res.get('free') and loop_alive),
+              {'free': res.get('free'), 'loop_alive': loop_alive})
+    respawn = [a for a in res.get('actions') or [] if a.get('step') == 'respawn' and a.get('pid') == loop]
+    ctx.check('the loop is recognised as the respawner (by ancestry and program, not by title)',
+              bool(respawn) and 'becomes the target' in respawn[0].get('result', ''),
+              [a.get('result') for a in respawn])
+    ctx.check('the loop was signalled', any(p == loop and r == 'sent' for s, p, r in _actions(res)
+                                            if s in ('sigterm', 'sigkill')), _actions(res))
+    ctx.check('gpu_reclaim reports free', res.get('free') is True and not res.get('failed'), res.get('msg'),
+              hard=_baseline_free(ctx, [0]))
+    gone, _unused = wait_for(lambda: (suite.reap(), not alive(loop))[1], 10)
+    ctx.check('the loop is gone', gone)
+    left, _unused = wait_for(lambda: (suite.reap(), not suite.ours())[1], 10)
+    ctx.check('nothing of the loop is left (no restarted worker escaped, loading)', left, suite.ours())
+    _verify_free_after(ctx, [0], [second['pid']], started_at)
+
+
+def s13_respawn_parent(ctx):
+    _respawn_loop(ctx, 1)
+
+
+def s14_respawn_grandparent(ctx):
+    _respawn_loop(ctx, 2)
+
+
 # name, title, function, time limit (s), needs ansible, needs GPUs
 SCENARIOS = [
     ('s1', 'NVML facts: a torch holder is listed with its memory; SIGKILL releases it', s1_nvml_facts,
@@ -757,6 +888,10 @@ SCENARIOS = [
      s11_default_targets, 90, True, 1),
     ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
      'SIGKILL of all, the driver\'s floor', s12_many_ranks, 180, True, 1),
+    ('s13', 'a bash loop restarts a torch worker that re-titles itself and takes CUDA seconds later; gpu_reclaim '
+     'ends the loop, never free while it lives', s13_respawn_parent, 150, True, 1),
+    ('s14', 'the same loop one level up: it restarts a launcher whose child is the worker', s14_respawn_grandparent,
+     150, True, 1),
 ]
 
 __all__ = ['SCENARIOS', 'StepError']

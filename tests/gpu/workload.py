@@ -2,14 +2,17 @@
 memory through torch, the way inference servers do.
 
     workload.py hold   --ready FILE --gpu 0:1024 [--gpu 1:512] [--title T] [--comm NAME]
-                       [--ignore-term] [--fork-child] [--max-life S]
+                       [--ignore-term] [--fork-child] [--import-first] [--load-s S] [--max-life S]
     workload.py server --ready FILE --tp N --child-mib M [--parent-mib M] [--title T] [--max-life S]
     workload.py nccl-rank --ready FILE --rank R --world N --init-file F --mib M [--title T] [--max-life S]
 
 `hold` allocates MiB on each GPU and sleeps. `--fork-child` forks after the context exists; the
 child never calls CUDA (it only inherits the device fds and mappings). `--comm` renames the
 process (prctl PR_SET_NAME), `--title` rewrites /proc/PID/cmdline (as setproctitle does), so the
-modules' `match` and `protect` rules see the names a real host shows.
+modules' `match` and `protect` rules see the names a real host shows. `--import-first` imports
+torch before taking the title, and `--load-s` waits that long after it before the first
+allocation: a restarted SGLang scheduler re-titles itself once its imports are done and takes
+the GPU only after loading its weights.
 
 `nccl-rank` is one tensor-parallel rank: it joins an NCCL process group (a FileStore, so no
 rank hosts a TCP store the others depend on), holds --mib on GPU R, all_reduces once, writes
@@ -171,8 +174,14 @@ def cmd_hold(args):
     deadline = time.monotonic() + args.max_life
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    name_myself(args.title, args.comm)
-    mem = backend(args.backend)
+    if args.import_first:
+        mem = backend(args.backend)
+        name_myself(args.title, args.comm)
+    else:
+        name_myself(args.title, args.comm)
+        mem = backend(args.backend)
+    if args.load_s:
+        time.sleep(args.load_s)      # the weights: the GPU is taken only after them
     allocs = {}
     for gpu, mib in (parse_gpu(g) for g in args.gpu):
         allocs[str(gpu)] = {'mib': mib, 'alloc_s': mem.alloc(gpu, mib)}
@@ -309,6 +318,9 @@ def main(argv=None):
     hold.add_argument('--comm')
     hold.add_argument('--ignore-term', action='store_true')
     hold.add_argument('--fork-child', action='store_true')
+    hold.add_argument('--import-first', action='store_true',
+                      help='import torch before taking --title/--comm (as SGLang does)')
+    hold.add_argument('--load-s', type=float, default=0.0, help='wait this long before allocating')
     server = sub.choices['server']
     server.add_argument('--tp', type=int, default=1)
     server.add_argument('--child-mib', type=int, default=2048)

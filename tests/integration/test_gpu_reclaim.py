@@ -378,6 +378,123 @@ def test_respawning_loop_is_ended_never_free_while_it_lives(lab, node, loop):
     assert gpu0_used(lab, node) == 0
 
 
+# --- issue 19: respawns the way real servers respawn ----------------------------------------
+#
+# Measured on a real H200 (FIELD_NOTES, third round): a `while :; do python3 worker.py; sleep 0.3;
+# done` loop has the new worker 0.3 s after the old one ended, but the worker re-titles itself and
+# holds GPU memory again only seconds later. So every restarted process here re-titles itself
+# (prctl PR_SET_NAME and its argv rewritten: `--title`) only after IMPORT_S (SGLang titles its
+# scheduler once torch is imported), then loads for LOAD_S before it maps anything: 2.5 s in
+# all before it takes the GPU again.
+
+IMPORT_S, LOAD_S = 1.5, 1.0
+WORKER = "fakegpu hold --gpu 0:500 --title sglang::scheduler_TP0 --import-s %s --load-s %s" % (IMPORT_S, LOAD_S)
+HELD = "fakegpu hold --gpu 0:500 --title sglang::scheduler_TP0"
+LOOP_PID = "/run/gpuops-t/loop.pid"
+# A launcher that starts the worker and exits when it ends, as SGLang's launch_server does when
+# a scheduler dies: the loop above it restarts the launcher, so the respawner is the holder's
+# grandparent. One written in Python (its worker is spawned, another python3), one in bash.
+LAUNCHER_PY = ("import subprocess, sys\n"
+               "sys.exit(subprocess.call(%r))\n" % WORKER.split())
+RESPAWNERS = {
+    # (a) the respawner is the holder's parent
+    "parent": "bash -c %s" % shlex.quote(
+        "echo $$ > %s; while :; do %s; sleep 0.3; done" % (LOOP_PID, WORKER)),
+    # (b) the respawner is the holder's grandparent
+    "grandparent-python": "bash -c %s" % shlex.quote(
+        "echo $$ > %s; while :; do python3 -c %s; sleep 0.3; done" % (LOOP_PID, shlex.quote(LAUNCHER_PY))),
+    "grandparent-bash": "bash -c %s" % shlex.quote(
+        "echo $$ > %s; while :; do bash -c %s; sleep 0.3; done"
+        % (LOOP_PID, shlex.quote("%s; exit $?" % WORKER))),
+}
+# (c) bystanders: shells that started the holder but only ever run other programs after it.
+BYSTANDERS = {
+    # the holder in the background, the shell running `sleep` after `sleep` (an interactive
+    # user's shell, watching something)
+    "sleep-loop": "bash -c %s" % shlex.quote(
+        "echo $$ > %s; %s & while :; do sleep 0.2; done" % (LOOP_PID, HELD)),
+    # the holder run once in the foreground, then other commands
+    "ran-once": "bash -c %s" % shlex.quote(
+        "echo $$ > %s; %s; while :; do sleep 0.2; cat /proc/loadavg >/dev/null; done"
+        % (LOOP_PID, HELD)),
+}
+
+
+def start_shape(lab, node, name, command):
+    """Start `command` in scope gpuops-t-<name>; wait until GPU 0 holds 500 MiB; return the
+    shell's (pid, start time)."""
+    sc.start_in_scope(lab, node, name, command)
+    sc.wait_until(lab, node, "[ -s %s ] && nvidia-smi --query-gpu=index,memory.used "
+                             "--format=csv,noheader,nounits | grep -q '^0, 500$'" % LOOP_PID,
+                  "%s holding GPU 0" % name)
+    pid = int(lab.exec(node, "cat %s" % LOOP_PID).stdout)
+    return pid, sc.identity(lab, node, pid)[0]
+
+
+def scope_empty(lab, node, name):
+    """Wait until nothing of scope gpuops-t-<name> is left (no process of the shape, so nothing
+    that could bring a holder back)."""
+    sc.wait_until(lab, node, "! systemctl is-active --quiet %s%s.scope" % (sc.SCOPE_PREFIX, name),
+                  "every process of scope %s%s ended" % (sc.SCOPE_PREFIX, name))
+
+
+def every_signal(result):
+    return {a["pid"] for a in result["actions"] if a["step"] in ("sigterm", "sigkill", "sigstop", "sigcont")}
+
+
+@pytest.mark.parametrize("shape", sorted(RESPAWNERS))
+def test_a_restarted_retitled_slow_holder_is_seen_by_ancestry_and_its_respawner_ended(lab, node, shape):
+    name = "respawn-%s" % shape
+    loop_pid, loop_start = start_shape(lab, node, name, RESPAWNERS[shape])
+
+    result = reclaim(lab, node, gpus=["0"], term_timeout=5)
+
+    loop_alive = sc.alive(lab, node, loop_pid, loop_start)
+    assert not (result["free"] and loop_alive), "free while the loop lives: %s" % result["actions"]
+    assert not result.get("failed"), result.get("msg")
+    assert result["free"] is True and not loop_alive, result["actions"]
+    # The loop itself (the holder's parent, or its grandparent) was recognised and ended.
+    respawn = [a for a in steps(result, "respawn") if a["pid"] == loop_pid]
+    assert respawn and "becomes the target" in respawn[0]["result"], result["actions"]
+    assert loop_pid in signalled(result, "sigterm") | signalled(result, "sigkill")
+    # Nothing of the shape is left (no restarted worker escaped, loading), and GPU 0 is free.
+    scope_empty(lab, node, name)
+    assert gpu0_used(lab, node) == 0
+
+
+def test_a_respawner_outside_match_is_named_with_its_lever_never_signalled_nor_left_stopped(lab, node):
+    name = "respawn-outside-match"
+    loop_pid, loop_start = start_shape(lab, node, name, RESPAWNERS["grandparent-python"])
+
+    # `match` covers the worker (by its title) but not the loop that restarts it
+    result = reclaim(lab, node, gpus=["0"], term_timeout=5, match=["^sglang::scheduler"])
+
+    assert result.get("failed") is True and result["free"] is False, result["actions"]
+    assert loop_pid not in every_signal(result), result["actions"]
+    assert "PID %d (bash" % loop_pid in result["msg"], result["msg"]
+    assert "`kill %d`" % loop_pid in result["msg"] and "`match`" in result["msg"], result["msg"]
+    assert [h["pid"] for h in result["remaining"] if h["kind"] == "respawner"] == [loop_pid]
+    identity = sc.identity(lab, node, loop_pid)
+    assert identity[0] == loop_start and identity[1] != "T", "the loop runs on, not stopped: %s" % (identity,)
+
+
+@pytest.mark.parametrize("shape", sorted(BYSTANDERS))
+def test_a_bystander_shell_is_watched_within_the_bound_and_never_signalled(lab, node, shape):
+    shell_pid, shell_start = start_shape(lab, node, "bystander-%s" % shape, BYSTANDERS[shape])
+
+    result = ok(reclaim(lab, node, gpus=["0"], term_timeout=5))
+
+    assert result["free"] is True
+    assert sc.alive(lab, node, shell_pid, shell_start), "the bystander shell was ended"
+    assert shell_pid not in every_signal(result), result["actions"]
+    assert not steps(result, "respawn"), result["actions"]
+    (settle,) = [a for a in steps(result, "settle") if shell_pid in a["pids"]]
+    # Watched because it lives above what was ended, and only as long as the bound allows.
+    assert settle["result"].startswith("no respawn within"), settle
+    assert settle["watched_s"] <= settle["bound_s"] + 0.5, settle
+    assert gpu0_used(lab, node) == 0
+
+
 def test_traced_holder_gets_sigkill_at_once_and_the_failure_names_its_tracer(lab, node):
     # A holder a real strace keeps in tracing stop (state t), its tracer stopped too. It acts on
     # no signal but SIGKILL, so the ladder sends SIGKILL at once, without the grace. SIGKILLed,

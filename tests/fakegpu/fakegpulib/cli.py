@@ -32,6 +32,11 @@ def build_parser():
     h.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (children too)")
     h.add_argument("--title", help="process title shown in /proc/PID/comm and cmdline")
     h.add_argument("--exec-name", help="process name for /proc/PID/comm (default: title)")
+    h.add_argument("--import-s", type=float, default=0.0, metavar="SECONDS",
+                   help="start up this long (as a server imports torch) before taking --title")
+    h.add_argument("--load-s", type=float, default=0.0, metavar="SECONDS",
+                   help="after taking --title, load this long (as a server loads its weights) "
+                        "before mapping any memory; what must fit is checked then, as cudaMalloc does")
     h.add_argument("--fork-inherit", action="store_true",
                    help="fork a child after allocating that keeps the inherited fds")
     h.add_argument("--ready-file", help="write JSON here once everything is held")

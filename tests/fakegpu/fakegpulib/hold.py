@@ -79,7 +79,11 @@ def validate(args):
     for opt, val in (("--title", args.title), ("--exec-name", args.exec_name)):
         if val is not None and (not val or "\0" in val or "\n" in val):
             raise UsageError("%s %r: must be a non-empty single line" % (opt, val))
-    check_fits(own + kids + peers)
+    for opt, val in (("--import-s", args.import_s), ("--load-s", args.load_s)):
+        if not 0 <= val <= 3600:
+            raise UsageError("%s %r: must be 0 to 3600 seconds" % (opt, val))
+    if not args.load_s:
+        check_fits(own + kids + peers)
     return cfg, own, kids, peers
 
 
@@ -120,10 +124,18 @@ def run(args):
     cfg, own, kids, peers = validate(args)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.import_s:
+        # SGLang's scheduler sets its title only once torch and the engine are imported.
+        time.sleep(args.import_s)
     if args.title:
         proctitle.set_title(args.title, comm=args.exec_name)
     elif args.exec_name:
         proctitle.set_comm(args.exec_name)
+    if args.load_s:
+        # A real server re-titles itself first, then needs seconds (weights: minutes) before it
+        # takes the GPU again (FIELD_NOTES, H200 third round): the memory comes last.
+        time.sleep(args.load_s)
+        check_fits(own + kids + peers)
     contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _unused in own]
     contexts += [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib, peer=True)
                  for idx, mib, _unused in peers]

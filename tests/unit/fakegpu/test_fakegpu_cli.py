@@ -36,6 +36,10 @@ BAD = [
     (["hold", "--gpu", "0:10", "--peer", "0:100"], "--peer 0: peer memory lives on another GPU"),
     (["hold", "--gpu", "0:10", "--peer", "9:100"], "GPU index 9 "),
     (["hold", "--gpu", "0:1", "--title", ""], "--title ''"),
+    (["hold", "--gpu", "0:1", "--load-s", "-1"], "--load-s -1.0"),
+    (["hold", "--gpu", "0:1", "--load-s", "nan"], "--load-s nan"),
+    (["hold", "--gpu", "0:1", "--load-s", "soon"], "'soon'"),
+    (["hold", "--gpu", "0:1", "--import-s", "7200"], "--import-s 7200.0"),
     (["leak", "--gpu", "5", "--mib", "10"], "GPU index 5 "),
     (["leak", "--gpu", "0", "--mib", "-1"], "--mib -1:"),
     (["leak", "--gpu", "0", "--mib", "99999999"], "--mib 99999999:"),
@@ -80,3 +84,44 @@ def test_status_lists_gpus_and_allocations(root):
     assert [g["index"] for g in status["gpus"]] == [0, 1]
     assert status["gpus"][1]["processes"] == [{"pid": h.pid, "used_mib": 64}]
     assert [a["mib"] for a in status["allocations"]] == [64]
+
+
+def test_hold_with_load_s_takes_its_title_first_and_the_memory_only_after_loading(root):
+    """A restarted server re-titles itself at once and takes the GPU seconds later."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from fakegpulib.testing import FAKEGPU
+    proc = subprocess.Popen([sys.executable, FAKEGPU, "hold", "--gpu", "1:64", "--title",
+                             "sglang::scheduler_TP1", "--import-s", "0.5", "--load-s", "1.5"], env=root.env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root.pids.append(proc.pid)
+    root.procs.append(proc)
+    try:
+        def cmdline():
+            with open("/proc/%d/cmdline" % proc.pid, "rb") as f:
+                return f.read()
+        deadline = time.monotonic() + 30
+        while b"hold" not in cmdline() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # importing: its own command line, no title yet
+        assert b"--import-s" in cmdline()
+
+        def comm():
+            with open("/proc/%d/comm" % proc.pid) as f:
+                return f.read().strip()
+        deadline = time.monotonic() + 30
+        while comm() != "sglang::schedul" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert comm() == "sglang::schedul"
+        with open("/proc/%d/cmdline" % proc.pid, "rb") as f:
+            assert f.read().split(b"\0")[0] == b"sglang::scheduler_TP1"
+        # titled, still loading: nothing mapped, nothing used
+        status = json.loads(root.fakegpu("status").stdout)
+        assert status["allocations"] == [] and status["gpus"][1]["processes"] == []
+        gpus = root.wait_for(lambda g: g[1]["used_mib"] >= 64)
+        assert gpus[1]["used_mib"] >= 64 and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -81,7 +81,8 @@ def cmd_up(args):
         records = node.load_records()
         wanted = [paths.node_name(i) for i in range(1, count + 1)]
         if ([r["name"] for r in records] == wanted and all(r["gpus"] == gpus for r in records)
-                and all(("podman" in r["tools"]) == paths.CONTAINERS for r in records)
+                and all(paths.LAYER_TOOLS.intersection(r["tools"]) == set(paths.LAYER[2] if paths.LAYER else [])
+                        for r in records)
                 and all(r.get("cgroups") for r in records)   # booted before nodes had cgroups of their own
                 and all(node.is_running(r) and ssh.answers(r["ip"]) for r in records)):
             for record in records:
@@ -97,8 +98,8 @@ def cmd_up(args):
         preflight.check_ssh_ports([paths.node_ip(i) for i in range(1, count + 1)])
         preflight.check_inotify(count)
         subprocess.run([os.path.join(paths.LAB_DIR, "build-base")], check=True)
-        if paths.CONTAINERS:
-            subprocess.run([os.path.join(paths.LAB_DIR, "build-podman-layer")], check=True)
+        if paths.LAYER:
+            subprocess.run([os.path.join(paths.LAB_DIR, paths.LAYER[1])], check=True)
         missing = payload.missing_tools()
         if missing:
             _say("stand-in GPU driver not ready, nodes come up without it; missing: " + ", ".join(missing)

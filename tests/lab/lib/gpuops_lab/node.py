@@ -11,6 +11,12 @@ import time
 from . import payload, paths, proc, ssh
 
 
+# Where a node with docker sees the lab's base tree (read-only), to import images from.
+BASE_IN_NODE = "/opt/gpuops-lab-base"
+# Where it has a directory on the controller's disk (not an overlayfs) for docker and LXC.
+DISK_IN_NODE = "/var/lib/gpuops-lab-disk"
+
+
 class LabError(Exception):
     """A failure the user must see as one clear line (exit status 1)."""
 
@@ -51,8 +57,8 @@ def prepare(index, gpus):
     # The base is a link that build-base moves to a new tree on a rebuild: mount the tree
     # itself, so the mount names the tree it uses and build-base keeps that tree while it is.
     lower = os.path.realpath(paths.BASE)
-    if paths.CONTAINERS:
-        lower = f"{paths.PODMAN_LAYER}:{lower}"
+    if paths.LAYER:
+        lower = f"{paths.LAYER[0]}:{lower}"
     subprocess.run(
         ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={upper},workdir={work}", root],
         check=True,
@@ -60,8 +66,8 @@ def prepare(index, gpus):
     ip = paths.node_ip(index)
     payload.write_identity(root, name, ip, gpus)
     installed = payload.install_tools(root)
-    if paths.CONTAINERS:
-        installed.append("podman")
+    if paths.LAYER:
+        installed.extend(paths.LAYER[2])
     return {"name": name, "index": index, "ip": ip, "gpus": gpus, "root": root, "tools": installed}
 
 
@@ -124,14 +130,35 @@ def boot(record):
         "--kill-signal=SIGRTMIN+4",
     ]
     env = dict(os.environ)
-    if "podman" in record["tools"]:
+    if paths.LAYER_TOOLS.intersection(record["tools"]):
         # On the controller's hybrid cgroup layout nspawn gives a node read-only v1
         # controllers, where no container runtime can make a container's cgroup; a v2 tree
-        # of its own (without controllers) is enough for podman.
+        # of its own (without controllers) is enough for podman and docker.
         env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"
         # runc guards a container's devices with a cgroup eBPF program: nspawn's seccomp
         # filter refuses bpf(2) unless allowed.
         argv.append("--system-call-filter=bpf")
+    if "docker" in record["tools"]:
+        # The base tree, read-only, for images made offline in the node (`docker import`):
+        # the tree the node's overlay already keeps mounted, so build-base keeps it too.
+        argv.append(f"--bind-ro={os.path.realpath(paths.BASE)}:{BASE_IN_NODE}")
+        # A directory on the controller's own file system, beside the node's layer, for
+        # docker's data (daemon.json's data-root) and LXC guests' trees: overlay mounts work
+        # there (the node's / is an overlayfs, which cannot be an overlay's upper layer; docker
+        # would need vfs, which copies the whole image for every container: 27 s for the
+        # base tree here).
+        disk = os.path.join(paths.node_dir(record["name"]), "disk")
+        os.makedirs(disk, exist_ok=True)
+        argv.append(f"--bind={disk}:{DISK_IN_NODE}")
+        # dockerd brings the loopback up in the network namespace of every sandbox, the
+        # host's too (--network host): without CAP_NET_ADMIN each `docker run` fails with
+        # "failed to create default sandbox: operation not permitted". daemon.json keeps it
+        # off the controller's network otherwise (no bridge, iptables, forwarding).
+        argv.append("--capability=CAP_NET_ADMIN")
+        # runc joins a new session keyring for each container (docker has no setting for
+        # runc's --no-new-keyring, podman's keyring = false): nspawn's filter refuses keyctl
+        # and add_key unless allowed ("unable to join session keyring").
+        argv.append("--system-call-filter=keyctl add_key request_key")
     with open(log_path, "ab") as log:
         try:
             nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -199,7 +226,7 @@ def wait_ready(record, timeout=120):
 
 
 def refresh_tools(record):
-    record["tools"] = payload.install_tools(record["root"]) + (["podman"] if "podman" in record["tools"] else [])
+    record["tools"] = payload.install_tools(record["root"]) + [t for t in record["tools"] if t in paths.LAYER_TOOLS]
     _save_record(record)
 
 

@@ -13,6 +13,21 @@ BASE = os.path.join(CACHE, "base-bookworm")
 # cgroup v2 tree; other labs' nodes stay without both.
 CONTAINERS = os.environ.get("LAB_CONTAINERS") == "1"
 PODMAN_LAYER = os.path.join(CACHE, "podman-bookworm")
+# LAB_RUNTIMES=1: nodes get the runtimes layer instead (tests/lab/build-runtimes-layer:
+# docker.io, supervisor, runit, lxc) and a cgroup v2 tree.
+RUNTIMES = os.environ.get("LAB_RUNTIMES") == "1"
+RUNTIMES_LAYER = os.path.join(CACHE, "runtimes-bookworm")
+# Each layer: its directory, the script that builds it, and the tools a node booted from it
+# has (the node's record lists them; tests skip on nodes without theirs).
+LAYERS = {
+    "LAB_CONTAINERS": (PODMAN_LAYER, "build-podman-layer", ["podman"]),
+    "LAB_RUNTIMES": (RUNTIMES_LAYER, "build-runtimes-layer", ["docker", "supervisord", "runit", "lxc"]),
+}
+LAYER_TOOLS = {tool for _dir, _build, tools in LAYERS.values() for tool in tools}
+if CONTAINERS and RUNTIMES:
+    # Both layers install into the base's dpkg database: stacked, one would hide the other's.
+    raise SystemExit("lab: error: LAB_CONTAINERS=1 and LAB_RUNTIMES=1 are separate labs; set one of them")
+LAYER = LAYERS["LAB_CONTAINERS"] if CONTAINERS else LAYERS["LAB_RUNTIMES"] if RUNTIMES else None
 # Node layers and the SSH key survive a reboot of the controller; records of running nodes
 # must not, so they live on /run.
 STATE = os.environ.get("LAB_STATE", "/var/lib/gpuops-lab")

@@ -16,6 +16,7 @@ import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
@@ -331,7 +332,7 @@ def test_a_free_host_gets_no_action_and_no_change():
 
 
 def test_signal_names_cover_the_signals_the_ladder_sends():
-    assert set(act.SIGNAL_NAMES) >= {signal.SIGTERM, signal.SIGKILL}
+    assert set(act.SIGNAL_NAMES) >= {signal.SIGTERM, signal.SIGKILL, signal.SIGCONT, signal.SIGSTOP}
 
 
 CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
@@ -421,79 +422,204 @@ def test_memory_that_falls_is_waited_for_and_memory_that_does_not_is_not():
     assert ('wait_release', 7.0) in actor.calls
 
 
-def respawning(child_name='exits-on-term'):
-    """GPU 0 held by PID 10, child of a live loop PID 50 (bash), which starts PID 11 with the
-    same command line once 10 is gone."""
-    loop = proc(50, name='bash', cmdline='bash -c while true; do hold; sleep 0.2; done')
-    first = survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
-                      [proc(10, name=child_name, fds=CTX, maps=CTX, ppid=50, cmdline='hold')])
-    again = survey_of([gpu(0, used=1000, processes=[(11, 1000)])],
-                      [proc(11, name=child_name, fds=CTX, maps=CTX, ppid=50, cmdline='hold')])
-    return loop, first, again
+class Host(ScriptedSurveyor):
+    """ScriptedSurveyor whose process table answers the respawn watch (gpu_respawn.Watch) and
+    follows the ladder's signals: `table` {pid: ProcState (ppid, start time)}, `programs` {pid:
+    program name, or (name, forked)} (default: the process name), `exits_with` {pid: pid after
+    whose end it exits}, `starts_after` {pid: pid whose end starts it}."""
+
+    def __init__(self, actor, *script, **kwargs):
+        self.actor = actor
+        self.table = dict((p.pid, p) for p in kwargs.pop('table'))
+        self.programs = kwargs.pop('programs', {})
+        self.exits_with = kwargs.pop('exits_with', {})
+        self.starts_after = kwargs.pop('starts_after', {})
+        self.late = kwargs.pop('late', {})    # pid -> how many descendants() calls it is not seen
+        self.reads = []
+        ScriptedSurveyor.__init__(self, *script, **kwargs)
+
+    def live(self, pid):
+        if pid not in self.table or pid in self.actor.gone:
+            return False
+        if pid in self.exits_with and not self.live(self.exits_with[pid]):
+            return False
+        return not (pid in self.starts_after and self.live(self.starts_after[pid]))
+
+    def identity(self, pid):
+        return Identity(self.table[pid].start_time, self.table[pid].state) if self.live(pid) else None
+
+    def peek(self, pid):
+        self.reads.append(pid)
+        if not self.live(pid):
+            raise act.ProcessGone(pid, 'stat')
+        program = self.programs.get(pid, self.table[pid].name)
+        name, forked = program if isinstance(program, tuple) else (program, False)
+        exe = respawn.Program('/usr/bin/' + name, 2049, sum(map(ord, name)), forked)
+        return respawn.Link(pid, self.table[pid].ppid, self.table[pid].start_time, exe, None)
+
+    def link(self, pid):
+        reason = decide.protection_reason(self.table[pid], set(), [], None, NVIDIA.infrastructure)
+        return self.peek(pid)._replace(protected=reason is not None)
+
+    def descendants(self, pid):
+        self.late = dict((p, n - 1) for p, n in self.late.items())
+        found, queue = {}, [pid]
+        while queue:
+            parent = queue.pop(0)
+            for child in sorted(p for p in self.table if self.live(p) and self.table[p].ppid == parent
+                                and self.late.get(p, -1) < 0):
+                found[child] = parent
+                queue.append(child)
+        return found
+
+    def describe(self, pid, snapshot):
+        if not self.live(pid):
+            raise act.ProcessGone(pid, 'stat')
+        return decide.describe(self.table[pid], snapshot, [], {}, set(), 'respawner', [], set(), {}, [])
+
+
+def held_under(parent, holder_name='exits-on-term'):
+    """GPU 0 held by PID 10 (`holder_name`, program python3), a child of `parent`."""
+    return survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
+                     [proc(10, name=holder_name, fds=CTX, maps=CTX, ppid=parent, cmdline='python3 worker.py')])
+
+
+def loop_table(*extra):
+    """Loop PID 50 (bash) running worker PID 10 (python3); what `extra` adds."""
+    return [proc(50, name='exits-on-term', cmdline='bash -c while :; do python3 worker.py; sleep 0.3; done'),
+            proc(10, name='exits-on-term', ppid=50, cmdline='python3 worker.py')] + list(extra)
+
+
+def sigs(actor):
+    return [c for c in actor.calls if c[0].startswith('SIG')]
+
+
+def test_a_restarted_worker_running_the_ended_program_is_a_respawn_whatever_its_title():
+    actor = ScriptedActor()
+    # PID 12 starts once 10 is gone: a new title, not yet holding the GPU, the same program
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    host = Host(actor, held_under(50), free(), table=loop_table(retitled),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
+    result = ladder(host, actor).run()
+    assert sigs(actor)[:3] == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12)]
+    assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
+    (respawn_step,) = [a for a in result['actions'] if a['step'] == 'respawn']
+    assert respawn_step['pid'] == 50 and respawn_step['pids'] == [12]
+    assert 'the parent becomes the target' in respawn_step['result']
+    # frozen processes get SIGCONT right after SIGTERM, as any stopped target does
+    assert actor.calls.index(('SIGCONT', 50)) > actor.calls.index(('SIGTERM', 50))
+    assert result['free'] is True
 
 
 def test_a_holder_respawned_under_a_live_parent_makes_the_parent_the_target():
-    loop, first, again = respawning()
     actor = ScriptedActor()
-    surveyor = ScriptedSurveyor(first, again, free(), others={50: loop, 11: proc(11, ppid=50, cmdline='hold')},
-                                children={50: [[10]]})
-    result = ladder(surveyor, actor).run()
-    signalled = [c for c in actor.calls if c[0].startswith('SIG')]
-    assert signalled[0] == ('SIGTERM', 10)
-    assert ('SIGTERM', 50) in signalled and ('SIGTERM', 11) in signalled
-    respawn = [a for a in result['actions'] if a['step'] == 'respawn']
-    assert respawn and respawn[0]['pid'] == 50 and 'the parent becomes the target' in respawn[0]['result']
+    again = survey_of([gpu(0, used=1000, processes=[(11, 1000)])],
+                      [proc(11, name='exits-on-term', fds=CTX, maps=CTX, ppid=50, cmdline='hold')])
+    # PID 11 runs another program than the ended one, but holds a context: that is evidence too
+    host = Host(actor, held_under(50), again, free(),
+                table=loop_table(proc(11, name='exits-on-term', ppid=50, cmdline='hold')),
+                programs={50: 'bash', 10: 'python3', 11: 'other'}, starts_after={11: 10})
+    result = ladder(host, actor).run()
+    assert sigs(actor)[0] == ('SIGTERM', 10)
+    assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 11) in actor.calls
+    respawn_steps = [a for a in result['actions'] if a['step'] == 'respawn']
+    assert respawn_steps and respawn_steps[0]['pid'] == 50 and 'the parent becomes the target' in respawn_steps[0]['result']
 
 
-def test_a_new_child_with_the_ended_command_line_is_a_respawn_before_it_holds_the_gpu():
-    loop, first, _again = respawning()
+def test_a_loop_restarting_the_launcher_of_the_holder_is_its_grandparent_and_the_target():
     actor = ScriptedActor()
-    surveyor = ScriptedSurveyor(first, free(), others={50: loop, 12: proc(12, ppid=50, cmdline='hold')},
-                                children={50: [[10], [], [12]]})
-    result = ladder(surveyor, actor).run()
-    assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
-    assert [a['step'] for a in result['actions']][:2] == ['sigterm', 'respawn']
+    table = [proc(50, name='exits-on-term', cmdline='bash -c while :; do launch; sleep 0.3; done'),
+             proc(40, name='exits-on-term', ppid=50, cmdline='python3 -m sglang.launch_server'),
+             proc(10, name='exits-on-term', ppid=40, cmdline='sglang::scheduler_TP0'),
+             proc(41, name='exits-on-term', ppid=50, cmdline='python3 -m sglang.launch_server'),
+             proc(42, name='exits-on-term', ppid=41, cmdline='python3 -c spawn_main')]
+    # the launcher (40) exits when its worker ends; the loop starts a new launcher (41), which
+    # has already started its worker (42)
+    host = Host(actor, held_under(40), free(), table=table,
+                programs={50: 'bash', 40: 'launcher', 10: 'python3', 41: 'launcher', 42: 'python3'},
+                exits_with={40: 10}, starts_after={41: 40, 42: 40})
+    result = ladder(host, actor).run()
+    (respawn_step,) = [a for a in result['actions'] if a['step'] == 'respawn']
+    assert respawn_step['pid'] == 50 and 'the grandparent becomes the target' in respawn_step['result']
+    assert sigs(actor)[1:4] == [('SIGSTOP', 50), ('SIGSTOP', 41), ('SIGSTOP', 42)]
+    assert {('SIGTERM', 50), ('SIGTERM', 41), ('SIGTERM', 42)} <= set(sigs(actor))
+    assert result['free'] is True
 
 
-def test_a_protected_respawning_parent_is_named_and_the_gpus_never_called_free():
-    loop, first, again = respawning()
-    loop.name = loop.cmdline = 'sshd'      # infrastructure: protected
+def test_a_bystander_shell_running_other_programs_is_watched_for_the_bound_only_and_never_signalled():
     actor = ScriptedActor()
-    surveyor = ScriptedSurveyor(first, again, others={50: loop}, children={50: [[10]]})
-    result = ladder(surveyor, actor).run()
-    assert ('SIGTERM', 50) not in actor.calls
+    table = [proc(60, name='bash', cmdline='-bash'),
+             proc(10, name='exits-on-term', ppid=60, cmdline='python3 worker.py'),
+             proc(61, name='sleep', ppid=60, cmdline='sleep 0.2'),
+             proc(62, name='bash', ppid=60, cmdline='-bash')]
+    # after the worker ends: `sleep`, and a fork of the shell before it execs (the shell's program)
+    host = Host(actor, held_under(60), free(), table=table,
+                programs={60: 'bash', 10: 'python3', 61: 'sleep', 62: ('bash', True)},
+                starts_after={61: 10, 62: 10})
+    result = ladder(host, actor).run()
+    assert sigs(actor) == [('SIGTERM', 10)]
+    settle = result['actions'][-1]
+    assert settle['step'] == 'settle' and settle['pids'] == [60]
+    assert settle['result'] == 'no respawn within 3.00 s (the bound); alive, not signalled: PID 60'
+    assert settle['bound_s'] == respawn.WATCH_S
+    assert actor.calls[-1] == ('wait_release', respawn.WATCH_S) and actor.polls[-1] == 5, 'watched to the bound'
+    assert result['free'] is True
+
+
+def test_a_parent_that_exits_after_its_child_costs_no_watch():
+    actor = ScriptedActor()
+    host = Host(actor, held_under(50), free(), table=loop_table(), exits_with={50: 10})
+    result = ladder(host, actor).run()
+    assert result['free'] is True and [a['step'] for a in result['actions']] == ['sigterm']
+    assert ('wait_release', respawn.WATCH_S) not in actor.calls
+
+
+def test_orphans_of_pid_1_cost_no_read_and_no_watch():
+    actor = ScriptedActor()
+    host = Host(actor, held_under(1), free(), table=[proc(10, name='exits-on-term')])
+    result = ladder(host, actor).run()
+    assert host.reads == [] and result['free'] is True
+    assert [a['step'] for a in result['actions']] == ['sigterm']
+
+
+def test_the_walk_stops_below_a_protected_ancestor_which_is_never_watched():
+    actor = ScriptedActor()
+    table = [proc(70, name='sshd', cmdline='sshd: root@pts/0'),
+             proc(60, name='bash', ppid=70, cmdline='-bash'),
+             proc(10, name='exits-on-term', ppid=60, cmdline='python3 worker.py'),
+             proc(71, name='bash', ppid=70, cmdline='-bash')]
+    # another login under the same sshd runs the shell's program again: not watched, no evidence
+    host = Host(actor, held_under(60), free(), table=table, programs={10: 'python3'}, starts_after={71: 10})
+    result = ladder(host, actor).run()
+    settle = result['actions'][-1]
+    assert settle['pids'] == [60], 'sshd (protected) is not watched'
+    assert not [a for a in result['actions'] if a['step'] == 'respawn']
+    assert sigs(actor) == [('SIGTERM', 10)]
+
+
+def test_a_respawner_outside_match_is_named_never_signalled_and_the_gpus_never_called_free():
+    actor = ScriptedActor()
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    host = Host(actor, held_under(50), free(), table=loop_table(retitled),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
+    result = ladder(host, actor, match=['^python3 worker']).run()
+    assert sigs(actor) == [('SIGTERM', 10)]
     assert result['free'] is False
-    assert 'PID 50 (sshd' in result['msg'] and 'protected' in result['msg'], result['msg']
+    assert 'PID 50 (exits-on-term' in result['msg'] and 'does not match `match`' in result['msg'], result['msg']
     assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
     assert [h['reason_code'] for h in result['remaining'] if h['pid'] == 50] == ['respawns']
 
 
-def test_a_live_parent_that_respawns_nothing_costs_one_settle_window():
-    loop, first, _again = respawning()
+def test_what_was_frozen_is_let_go_and_named_when_the_passes_run_out():
     actor = ScriptedActor()
-    surveyor = ScriptedSurveyor(first, free(), others={50: loop}, children={50: [[10], []]})
-    result = ladder(surveyor, actor).run()
-    assert result['free'] is True and ('SIGTERM', 50) not in actor.calls
-    assert result['actions'][-1]['step'] == 'settle' and result['actions'][-1]['pids'] == [50]
-    assert actor.polls[-1] == 5, 'a live parent is watched for the whole window'
-
-
-def test_a_parent_that_exits_after_its_child_ends_the_settle_window_at_once():
-    loop, first, _again = respawning()
-
-    class ParentExits(ScriptedSurveyor):
-        looks = 0
-
-        def identity(self, pid):
-            self.looks += 1
-            return ScriptedSurveyor.identity(self, pid) if self.looks <= 2 else None
-
-    actor = ScriptedActor()
-    result = ladder(ParentExits(first, free(), others={50: loop}, children={50: [[10], []]}), actor).run()
-    assert result['free'] is True
-    settle = result['actions'][-1]
-    assert settle['step'] == 'settle' and actor.polls[-1] == 1, 'the window ends with its last parent'
-    assert settle['result'].startswith('no respawn by these parents')
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    host = Host(actor, held_under(50), free(), table=loop_table(retitled),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
+    result = ladder(host, actor, passes=0).run()
+    assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
+    assert result['free'] is False
+    assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
+    assert 'the passes ran out' in result['msg']
 
 
 def test_the_ladder_reads_only_listed_processes_but_every_one_before_a_reset_and_with_peers():
@@ -557,6 +683,8 @@ def test_memory_charged_to_no_process_is_read_in_one_deep_pass(tmp_path, monkeyp
     assert scans == ([False] if charged else [True])
     found = [h for h in survey.holders if h['pid'] == pid]
     assert found and found[0]['evidence'] == (['fd', 'mmap', 'nvml'] if charged else ['fd', 'mmap'])
+
+
 ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service'
 
 
@@ -583,3 +711,15 @@ def test_a_directory_she_named_like_a_service_is_stopped_by_no_manager():
     ladder(ScriptedSurveyor(user_held(confirmed=False), free()), actor).run()
     assert not [c for c in actor.calls if c[0] in ('stop_unit', 'stop_user_unit')]
     assert actor.calls[0] == ('SIGTERM', 10)
+
+
+def test_what_was_frozen_is_let_go_when_the_driver_stops_answering_after_it():
+    actor = ScriptedActor()
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    # PID 12 shows only at the settle window's second look: the freeze comes from there, and the
+    # look after it finds the driver hung
+    host = Host(actor, held_under(50), free(), NvmlTimeout('NVML hung'), table=loop_table(retitled),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10}, late={12: 2})
+    result = ladder(host, actor).run()
+    assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
+    assert result['free'] is False and 'NVML hung' in result['msg']

@@ -93,6 +93,49 @@ def test_children_of_lists_a_new_child_and_a_gone_parent_raises():
         observe.children_of(child.pid)
 
 
+def _wait(predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_read_exe_names_the_program_by_path_and_inode_and_a_gone_process_raises():
+    sleeper = subprocess.Popen(['sleep', '30'])
+    try:
+        exe = observe.read_exe(sleeper.pid)
+        real = os.stat(shutil.which('sleep'))
+        assert (exe.dev, exe.ino) == (real.st_dev, real.st_ino)
+        assert os.path.basename(exe.path) == os.path.basename(os.path.realpath(shutil.which('sleep')))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.raises(observe.ProcessGone):
+        observe.read_exe(sleeper.pid)
+
+
+def test_a_fork_without_exec_runs_its_parents_program_and_is_flagged_until_it_execs():
+    # bash forks a subshell for `( ... )` and the subshell forks again for `sleep`: the subshell
+    # never execs, so it runs bash with PF_FORKNOEXEC set; `sleep` has exec'd.
+    shell = subprocess.Popen(['bash', '-c', '(sleep 30; true); true'])
+    try:
+        assert _wait(lambda: len(observe.descendants_of(shell.pid)) == 2)
+        tree = observe.descendants_of(shell.pid)
+        subshell = [pid for pid, parent in tree.items() if parent == shell.pid][0]
+        sleeper = [pid for pid, parent in tree.items() if parent == subshell][0]
+        assert list(tree) == [subshell, sleeper], 'parents come before their children'
+        assert observe.read_exe(subshell) == observe.read_exe(shell.pid)
+        assert observe.read_stat(subshell).flags & observe.FORKNOEXEC_FLAG
+        assert not observe.read_stat(sleeper).flags & observe.FORKNOEXEC_FLAG
+        assert not observe.read_stat(shell.pid).flags & observe.FORKNOEXEC_FLAG
+    finally:
+        for pid in observe.descendants_of(shell.pid):
+            os.kill(pid, signal.SIGKILL)
+        shell.kill()
+        shell.wait()
+    assert observe.descendants_of(shell.pid) == {}
+
+
 def test_a_traced_process_names_its_tracer():
     if not shutil.which('strace'):
         pytest.skip('strace is not installed here: tests/integration/test_gpu_reclaim.py::'

@@ -12,8 +12,9 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import 
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
 
 from ..module_utils.test_gpu_flow import (
-    ScriptedActor, ScriptedSurveyor, container_held, user_held, free, held_by, survey_of)
-from ..module_utils.observations import gpu
+    Host, ScriptedActor, ScriptedSurveyor, container_held, free, held_by, held_under, loop_table, survey_of,
+    user_held)
+from ..module_utils.observations import gpu, proc
 
 # Ansible adds these to every result; a module documents them only where they say more.
 ANSIBLE_KEYS = {'changed', 'failed', 'invocation', 'warnings'}
@@ -62,6 +63,12 @@ def reclaim_results(lock_path):
     results.append(Ladder(ScriptedSurveyor(user_held(), free()), actor=ScriptedActor()).run())
     unit_stays = held_by((13, 'exits-on-kill'), (14, 'exits-on-term'))
     results.append(Ladder(ScriptedSurveyor(unit_stays, unit_stays, free()), actor=ScriptedActor()).run())
+    # a loop respawning the worker (respawn, sigstop), and a shell that does not (settle)
+    for starts in ({12: 10}, {}):
+        actor = ScriptedActor()
+        host = Host(actor, held_under(50), free(), table=loop_table(proc(12, ppid=50)),
+                    programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after=starts or {12: 50})
+        results.append(Ladder(host, actor=actor, clock=actor.clock).run())
     return results
 
 
