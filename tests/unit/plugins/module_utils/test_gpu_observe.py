@@ -188,6 +188,8 @@ def test_the_listed_only_scan_reads_maps_only_where_no_device_fd_is_open(tmp_pat
         for holder in holders:
             holder.kill()
             holder.wait()
+
+
 # --- what the trust boundary reads (gpu_trust) ------------------------------------------------
 
 # /proc/self/mountinfo of a lab node (Debian 12, systemd 252, hybrid layout), cut to its cgroups.
