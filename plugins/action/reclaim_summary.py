@@ -75,9 +75,18 @@ def adoption_record(adopted):
     if not out.get('procs'):
         return None
     scope, left = out.get('scope'), list(out.get('left') or [])
-    actions = [{'step': 'adopt_stop', 'pid': proc.get('pid'), 'name': proc.get('name'), 'unit': scope,
-                'result': ('still alive after the stop of %s (left to the GPU reclaim)' % scope) if proc.get('pid') in left
-                else 'ended by the stop of %s in %s s' % (scope, out.get('seconds'))}
+    # The ladder's rule in adopt.py: a process whose SigIgn holds SIGTERM got SIGKILL at once.
+    killed = dict((k.get('pid'), k.get('at_s')) for k in out.get('killed_at_once') or [])
+
+    def result(pid):
+        if pid in left:
+            return 'still alive after the stop of %s (left to the GPU reclaim)' % scope
+        if pid in killed:
+            return 'SIGKILL at once at %s s (its SigIgn holds SIGTERM), in %s' % (killed[pid], scope)
+        return 'ended by the stop of %s in %s s' % (scope, out.get('seconds'))
+
+    actions = [{'step': 'adopt_sigkill' if proc.get('pid') in killed and proc.get('pid') not in left else 'adopt_stop',
+                'pid': proc.get('pid'), 'name': proc.get('name'), 'unit': scope, 'result': result(proc.get('pid'))}
                for proc in out['procs']]
     return {'scope': scope, 'stopped': bool(out.get('stopped')), 'seconds': out.get('seconds'),
             'skipped': list(out.get('skipped') or []), 'left': left, 'actions': actions}

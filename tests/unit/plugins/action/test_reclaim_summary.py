@@ -178,3 +178,13 @@ def test_summary_report_lines_hold_no_control_character_of_a_holders_title():
     assert not any(ch in "".join(lines) for ch in "\n\r\x1b"), lines
     shown = escape_text("x\nGPU 3: 0 free")
     assert shown in lines[1] and shown in lines[2], lines
+
+
+def test_adopted_processes_that_ignored_sigterm_are_recorded_as_killed_at_once():
+    out = json.loads(ADOPTED["stdout"])
+    out.update(killed_at_once=[{"pid": 302, "at_s": 0.052}])
+    host = dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None,
+                inference_service__adopted={"stdout": json.dumps(out)})
+    actions = host_record(host)["server"]["adoption"]["actions"]
+    assert [(a["step"], a["pid"]) for a in actions] == [("adopt_stop", 301), ("adopt_sigkill", 302)]
+    assert actions[1]["result"] == "SIGKILL at once at 0.052 s (its SigIgn holds SIGTERM), in sglang-adopted"
