@@ -235,12 +235,22 @@ def main():
                     except OSError:
                         continue  # exited meanwhile
                     out["killed_at_once"].append({"pid": pid, "at_s": round(time.monotonic() - started, 3)})
-            # systemctl stop waits for the job: SIGTERM, TimeoutStopUSec, SIGKILL, all cgroup members gone.
-            stop = subprocess.run(["systemctl", "stop", "--", scope], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=stop_timeout + 60, check=False)
-            out["stopped"] = stop.returncode == 0
-            if stop.returncode != 0:
-                out["error"] = "systemctl stop %s failed: %s" % (scope, stop.stderr.decode().strip())
+            # When they were all, the scope empties and systemd collects it: nothing is left to stop.
+            def all_gone():
+                return all(exited(fd) for _start_time, fd in pinned.values())
+            gone_by = time.monotonic() + 2
+            while out["killed_at_once"] and not all_gone() and time.monotonic() < gone_by:
+                time.sleep(0.02)
+            if out["killed_at_once"] and all_gone():
+                out["stopped"] = True
+            else:
+                # systemctl stop waits for the job: SIGTERM, TimeoutStopUSec, SIGKILL, all cgroup members gone.
+                stop = subprocess.run(["systemctl", "stop", "--", scope], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, timeout=stop_timeout + 60, check=False)
+                # A scope whose last member died meanwhile is gone before the stop: stopped all the same.
+                out["stopped"] = stop.returncode == 0 or all_gone()
+                if not out["stopped"]:
+                    out["error"] = "systemctl stop %s failed: %s" % (scope, stop.stderr.decode().strip())
     deadline = time.monotonic() + 5
     while True:
         out["left"] = [pid for pid, (_start_time, fd) in sorted(pinned.items()) if not exited(fd)]
