@@ -156,3 +156,50 @@ def test_a_traced_process_names_its_tracer():
             os.kill(pid, signal.SIGKILL)
         tracer.kill()
         tracer.wait()
+
+
+# --- what the trust boundary reads (gpu_trust) ------------------------------------------------
+
+# /proc/self/mountinfo of a lab node (Debian 12, systemd 252, hybrid layout), cut to its cgroups.
+LAB_MOUNTINFO = """\
+53 104 0:49 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:12 - tmpfs tmpfs ro,size=4096k,nr_inodes=1024,mode=755
+54 53 0:36 / /sys/fs/cgroup/pids ro,nosuid,nodev,noexec,relatime shared:13 - cgroup cgroup rw,pids
+56 53 0:30 / /sys/fs/cgroup/cpu,cpuacct ro,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
+62 53 0:38 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:21 - cgroup2 cgroup rw
+63 53 0:37 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:22 - cgroup cgroup rw,name=systemd
+70 53 0:40 /sub /mnt/elsewhere rw - cgroup2 cgroup rw
+"""
+
+
+def test_cgroup_mounts_of_a_hybrid_lab_node(tmp_path):
+    path = tmp_path / "mountinfo"
+    path.write_text(LAB_MOUNTINFO)
+    assert observe.cgroup_mounts(str(path)) == {
+        "": "/sys/fs/cgroup/unified", "name=systemd": "/sys/fs/cgroup/systemd",
+        "pids": "/sys/fs/cgroup/pids", "cpu,cpuacct": "/sys/fs/cgroup/cpu,cpuacct"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to uid 1000 needs root (chown)")
+def test_cgroup_dir_uids_reads_each_directory_down_the_path(tmp_path):
+    # alice's delegated subtree: user@1000.service and below are hers, as on a lab node.
+    root = tmp_path / "unified"
+    alice = root / "user.slice" / "user-1000.slice" / "user@1000.service" / "app.slice" / "victim.service"
+    alice.mkdir(parents=True)
+    for path in (alice, alice.parent, alice.parent.parent):
+        os.chown(str(path), 1000, 1000)
+    text = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/victim.service\n1:cpu:/\n"
+    got = observe.cgroup_dir_uids(text, {"": str(root)})
+    path = "/user.slice/user-1000.slice/user@1000.service/app.slice/victim.service"
+    assert got == {("", path): [0, 0, 0, 1000, 1000, 1000]}
+    gone = observe.cgroup_dir_uids("0::/system.slice/gone.service\n", {"": str(root)})
+    assert gone == {("", "/system.slice/gone.service"): [0, None, None]}
+    # A path outside this cgroup namespace is never followed out of the mount.
+    outside = observe.cgroup_dir_uids("0::/../../etc\n", {"": str(root)})
+    assert outside == {("", "/../../etc"): [0, None, None, None]}
+
+
+def test_status_uids_and_exe_owner_of_a_real_process():
+    proc = observe.describe_process(os.getpid())
+    assert proc.uids == (os.getuid(), os.geteuid(), os.getresuid()[2], os.getuid())
+    assert proc.uid == os.getuid()
+    assert proc.exe_uid == os.stat(os.path.realpath("/proc/self/exe")).st_uid
