@@ -235,6 +235,7 @@ def main():
                     except OSError:
                         continue  # exited meanwhile
                     out["killed_at_once"].append({"pid": pid, "at_s": round(time.monotonic() - started, 3)})
+
             # When they were all, the scope empties and systemd collects it: nothing is left to stop.
             def all_gone():
                 return all(exited(fd) for _start_time, fd in pinned.values())
