@@ -485,7 +485,14 @@ class Ladder(object):
             current = self._look()
             if current.free:
                 current = self._watch_guest_respawn(targets, current)
-            if self._respawned(current) or not current.free:
+            if self._respawned(current):
+                continue
+            # Not free, and something left can still be ended: another round. Not free only
+            # because of holders the ladder may not end (protected, outside match) or memory
+            # still coming back: the respawners of what was ended are watched all the same, or
+            # a loop restarts its holder on a GPU the run then leaves held unnamed (the soak,
+            # bench/soak_bench.py: a loop beside a protected holder on another GPU).
+            if not current.free and self._targets(current):
                 continue
             if not self._settle(current):
                 break

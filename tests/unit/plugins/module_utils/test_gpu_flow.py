@@ -622,6 +622,28 @@ def test_what_was_frozen_is_let_go_and_named_when_the_passes_run_out():
     assert 'the passes ran out' in result['msg']
 
 
+def test_a_respawn_beside_a_protected_holder_on_another_gpu_is_still_watched_and_its_respawner_ended():
+    """Found by the soak (seed 2205, trials 55, 72, 75, 81, 84): GPU 1 kept by a protected holder
+    made the ladder skip the respawn watch, so the loop on GPU 0 restarted its holder and the
+    failure named GPU 1 only."""
+    actor = ScriptedActor()
+    keep = proc(20, name='nv-hostengine', fds=CTX, maps=CTX)       # infrastructure: protected
+    first = survey_of([gpu(0, used=1000, processes=[(10, 1000)]), gpu(1, used=1000, processes=[(20, 1000)])],
+                      [proc(10, name='exits-on-term', fds=CTX, maps=CTX, ppid=50, cmdline='python3 worker.py'), keep])
+    kept = survey_of([gpu(0), gpu(1, used=1000, processes=[(20, 1000)])], [keep])
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    # the loop pauses before it restarts the worker (0.1-1 s in the soak): PID 12 is not there
+    # while the ladder waits for 10 to end, only in the watch after it
+    host = Host(actor, first, kept, table=loop_table(retitled, keep),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10}, late={12: 3})
+    result = ladder(host, actor).run()
+    assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
+    assert not [c for c in sigs(actor) if c[1] == 20], 'the protected holder is never signalled'
+    assert [a['pid'] for a in result['actions'] if a['step'] == 'respawn'] == [50]
+    assert result['free'] is False
+    assert [(h['pid'], h['reason_code']) for h in result['remaining']] == [(20, 'protected')]
+
+
 def test_the_ladder_reads_only_listed_processes_but_every_one_before_a_reset_and_with_peers():
     leak = survey_of([gpu(7, used=3072)], [])
     surveyor = ScriptedSurveyor(leak, leak, free())
