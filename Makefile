@@ -114,8 +114,10 @@ lab-test: venv host-deps fakegpu collection-link
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared
 # extensions/molecule/config.yml; the default scenario boots the lab once for all.
+# Its node runs podman (LAB_CONTAINERS=1), so the podman scenario shares that one boot; the
+# systemd scenarios do not notice it.
 molecule: venv host-deps fakegpu collection-link
-	$(VBIN)/molecule test --all
+	LAB_CONTAINERS=1 $(VBIN)/molecule test --all
 
 test: venv host-deps fakegpu collection-link
 	rm -rf $(SKIP_DIR)

@@ -31,7 +31,8 @@ GPU_FIELDS = ('index', 'memory_used_mib', 'memory_total_mib', 'free', 'holders')
 # (read raw, untemplated: templating a gpu_reclaim result through hostvars cost about 12 ms
 # per host here, 12 s on 1,000 hosts).
 RUN_VARS = ('gpus_free_result', 'reclaim__strays_result', 'reclaim__failure', 'reclaim__batch', 'inference_service_info',
-            'inference_service__reasons', 'inference_service__adopted', 'inference_service__strays_freed')
+            'inference_service__reasons', 'inference_service__adopted', 'inference_service__strays_freed',
+            'inference_service__containers_stopped')
 # Inventory variables, which may be templates: read through hostvars, only on hosts with a server.
 SERVER_VARS = ('inference_service_name', 'inference_service_flags', 'inference_service_gpus')
 
@@ -74,12 +75,51 @@ def adoption_record(adopted):
     if not out.get('procs'):
         return None
     scope, left = out.get('scope'), list(out.get('left') or [])
-    actions = [{'step': 'adopt_stop', 'pid': proc.get('pid'), 'name': proc.get('name'), 'unit': scope,
-                'result': ('still alive after the stop of %s (left to the GPU reclaim)' % scope) if proc.get('pid') in left
-                else 'ended by the stop of %s in %s s' % (scope, out.get('seconds'))}
+    # The ladder's rule in adopt.py: a process whose SigIgn holds SIGTERM got SIGKILL at once.
+    killed = dict((k.get('pid'), k.get('at_s')) for k in out.get('killed_at_once') or [])
+
+    def result(pid):
+        if pid in left:
+            return 'still alive after the stop of %s (left to the GPU reclaim)' % scope
+        if pid in killed:
+            return 'SIGKILL at once at %s s (its SigIgn holds SIGTERM), in %s' % (killed[pid], scope)
+        return 'ended by the stop of %s in %s s' % (scope, out.get('seconds'))
+
+    actions = [{'step': 'adopt_sigkill' if proc.get('pid') in killed and proc.get('pid') not in left else 'adopt_stop',
+                'pid': proc.get('pid'), 'name': proc.get('name'), 'unit': scope, 'result': result(proc.get('pid'))}
                for proc in out['procs']]
     return {'scope': scope, 'stopped': bool(out.get('stopped')), 'seconds': out.get('seconds'),
             'skipped': list(out.get('skipped') or []), 'left': left, 'actions': actions}
+
+
+def _seconds(delta):
+    """A command result's delta ('0:00:10.123456') in seconds, or None."""
+    try:
+        hours, minutes, seconds = str(delta).split(':')
+        return round(int(hours) * 3600 + int(minutes) * 60 + float(seconds), 2)
+    except ValueError:
+        return None
+
+
+def container_adoption_record(stopped):
+    """The hand-started docker/podman containers the inference_service role stopped through their
+    runtime (its loop registered as inference_service__containers_stopped), or None when it stopped
+    none. One action per container, in gpu_reclaim's stop_container shape, with the processes
+    of the server that ended with it."""
+    if not isinstance(stopped, dict) or not stopped.get('results'):
+        return None
+    actions = []
+    for result in stopped['results']:
+        item = result.get('item') or {}
+        if result.get('skipped') or not item.get('id'):
+            continue
+        took = _seconds(result.get('delta'))
+        ok = result.get('rc') == 0
+        actions.append({'step': 'stop_container', 'runtime': item.get('runtime'), 'container': item.get('id'),
+                        'name': item.get('name'), 'pids': list(item.get('pids') or []), 'took_s': took,
+                        'result': ('stopped through %s in %s s, kept (never removed)' % (item.get('runtime'), took)) if ok
+                        else 'stop failed: %s' % (result.get('stderr') or result.get('msg') or '?')})
+    return {'actions': actions} if actions else None
 
 
 def stray_reclaim(host):
@@ -116,6 +156,7 @@ def host_record(host, check_mode=False):
         # the role's own reclaim of the server's GPUs: the role got past its checks and restarted.
         server_reclaim = host.get('gpus_free_result') if strays else None
         adoption = adoption_record(host.get('inference_service__adopted'))
+        containers = container_adoption_record(host.get('inference_service__containers_stopped'))
         beside = host.get('inference_service__strays_freed')
         beside = beside if isinstance(beside, dict) and 'actions' in beside else None
         record['server'] = {'name': host.get('inference_service_name'),
@@ -125,6 +166,8 @@ def host_record(host, check_mode=False):
                             'restart_reasons': reasons,
                             # A hand-started server the role adopted, and each process that ended with it.
                             'adoption': adoption,
+                            # Hand-started docker/podman containers it stopped through their runtime.
+                            'container_adoption': containers,
                             'gpus_reclaim': _reclaim_record(server_reclaim) if server_reclaim else None,
                             # Strays beside a healthy server, freed sparing it.
                             'strays_reclaim': _reclaim_record(beside) if beside else None}
@@ -133,7 +176,7 @@ def host_record(host, check_mode=False):
             server_changed = bool(reasons)
         else:
             # A run refused before it touched anything (a misspelled flag) changed nothing.
-            server_changed = bool(adoption) or bool(reasons and server_reclaim) or bool(
+            server_changed = bool(adoption) or bool(containers) or bool(reasons and server_reclaim) or bool(
                 server_reclaim and server_reclaim.get('changed'))
         record['changed'] = record['changed'] or server_changed or bool(beside and beside.get('changed'))
     return record
@@ -160,6 +203,13 @@ def host_report(name, host, record, check_mode):
         lines.extend('  %s PID %s %s: %s' % (act['step'], act['pid'], act['name'], act['result'])
                      for act in adoption['actions'])
         lines.extend('  skipped: %s' % why for why in adoption['skipped'])
+    containers = server and server.get('container_adoption')
+    if containers:
+        lines.append('== %s: adopted %d hand-started container(s), stopped through their runtime ==' % (
+            server['name'], len(containers['actions'])))
+        lines.extend('  stop_container %s %s (%s) PIDs %s: %s' % (
+            act['runtime'], act['name'] or '-', (act['container'] or '')[:12], ','.join(str(p) for p in act['pids']),
+            act['result']) for act in containers['actions'])
     beside = host.get('inference_service__strays_freed') if server and server.get('strays_reclaim') else None
     if beside:
         lines.extend(gpu_report(beside, title='Strays beside %s' % server['name'], check_mode=check_mode))

@@ -419,11 +419,8 @@ def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=(), only_ext
     Maps are read for processes with device fds and for `extra_pids` (the ones the driver
     lists); with `deep`, for every process, which also finds a process that closed its fds but
     kept its mappings. With `only_extra`, only `extra_pids` are read (the cheap scan: no other
-    process is looked at), and a process's maps only when no device fd shows it holds the device:
-    the driver's list names its GPUs, and a CUDA process's maps run to thousands of lines (the
-    cheap scan of 24 torch ranks took 0.1 s before gpu_reclaim's first signal on one H200).
-    Processes that exit mid-scan are skipped. Returns (procs, unreadable), unreadable a list of
-    (pid, what, reason).
+    process is looked at). Processes that exit mid-scan are skipped. Returns (procs,
+    unreadable), unreadable a list of (pid, what, reason).
     """
     node_paths = tuple(node_paths)
     procs, unreadable = {}, []
@@ -431,8 +428,7 @@ def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=(), only_ext
     for pid in (sorted(p for p in extra if p > 0) if only_extra else _pids(proc)):
         base = '%s/%d' % (proc, pid)
         try:
-            fds, maps = _devices(base, pid, node_paths, deep or pid in extra, unreadable,
-                                 maps_with_fds=deep or not only_extra)
+            fds, maps = _devices(base, pid, node_paths, deep or pid in extra, unreadable)
             if not fds and not maps and pid not in extra:
                 continue
             info = ProcState(pid)
@@ -446,9 +442,8 @@ def scan_processes(node_paths, proc='/proc', deep=False, extra_pids=(), only_ext
     return procs, unreadable
 
 
-def _devices(base, pid, node_paths, read_maps, unreadable, maps_with_fds=True):
-    """(fds, maps) of one process; an entry it may not read is recorded and counts as empty.
-    Maps are read when `read_maps` is set and, with `maps_with_fds`, whenever a device fd is open."""
+def _devices(base, pid, node_paths, read_maps, unreadable):
+    """(fds, maps) of one process; an entry it may not read is recorded and counts as empty."""
     def read(reader, what):
         try:
             return reader(base, pid, node_paths)
@@ -459,7 +454,7 @@ def _devices(base, pid, node_paths, read_maps, unreadable, maps_with_fds=True):
             return set()
 
     fds = read(_device_fds, 'fd')
-    if not (fds or read_maps) or (fds and not maps_with_fds):
+    if not fds and not read_maps:
         return fds, set()
     return fds, read(_device_maps, 'maps')
 

@@ -17,14 +17,16 @@ description:
     C(gpus_free_result), C(inference_service_*) variables and recorded failure of each host, and writes one JSON file.
   - "Per host: C(status) (ok, failed, no result (unreachable)), C(changed), C(gpus_before) and C(gpus_after)
     (index, memory_used_mib, memory_total_mib, free, holders), C(reclaim_elapsed_s), C(actions) (with C(at_s)),
-    C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens, restart_reasons, adoption, gpus_reclaim,
-    strays_reclaim) and C(failure) (stage, task, msg)."
+    C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens, restart_reasons, adoption, container_adoption,
+    gpus_reclaim, strays_reclaim) and C(failure) (stage, task, msg)."
   - The top-level GPUs and actions are the stray reclaim's (the GPUs no server is assigned to). On a host whose
     server was converged, C(server.gpus_reclaim) holds the inference_service role's own reclaim of the server's
     GPUs (changed, gpus_before, gpus_after, elapsed_s, actions), and C(server.restart_reasons) why the role
     restarted the server, or in check mode would (empty when it was converged). C(server.adoption) is what the
     role's adoption of a hand-started server ended (scope, stopped, seconds, left, skipped, and each process as an
-    action with step C(adopt_stop)), null when it adopted nothing; C(server.strays_reclaim) the strays it freed
+    action with step C(adopt_stop)), null when it adopted nothing; C(server.container_adoption) the hand-started
+    docker or podman containers it stopped through their runtime (each an action with step C(stop_container),
+    runtime, container, name, pids, took_s, result), null when none; C(server.strays_reclaim) the strays it freed
     beside a healthy server.
   - C(changed) is true when the stray reclaim changed something or, on a server host, when the role adopted,
     restarted (in check mode, would restart) or reclaimed; a run the role refused before touching anything

@@ -7,13 +7,15 @@ usage: adopt.py SCOPE STOP_TIMEOUT PID:START_TIME...
   node process ever reaches a shell line (one past 128 KiB would not even fit: E2BIG).
 
 Prints JSON: {"scope", "procs": [{pid, name, cmdline, root}], "skipped": [sentence],
-              "stopped": bool, "left": [pid], "seconds", "error"}.
+              "killed_at_once": [{pid, at_s}], "stopped": bool, "left": [pid], "seconds", "error"}.
 
 The roots (the launcher on the port, TP ranks and orphans on the GPUs) and every descendant
 of them are moved into a new transient scope unit, and that scope is stopped: systemd sends
 SIGTERM to every process of it, SIGKILL after STOP_TIMEOUT, exactly as it stops the managed
 unit (KillMode=control-group). So the adopted tree dies the way a unit's does, orphans
-included, and no signal is sent from here.
+included. One exception, the collection's ladder's (gpu_reclaim): a process whose SigIgn mask
+holds SIGTERM would only wait out STOP_TIMEOUT, so it gets SIGKILL at once, through its pidfd,
+before the scope's stop (killed_at_once, with the time since the start of this script).
 
 Identity (issue 22): every root must come with its start time; one without is refused,
 naming it, and nothing is adopted. Each process is pinned by a pidfd before the move, and its
@@ -28,6 +30,7 @@ Stdlib only, Python 3.9+ (os.pidfd_open, Linux 5.3+); needs root and systemd (bu
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +52,18 @@ def text_of(pid, name):
             return f.read().rstrip(b"\0\n").replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def ignores_term(pid):
+    """Whether /proc/PID/status's SigIgn mask holds SIGTERM (the ladder's SIGKILL-at-once rule)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def own_tree():
@@ -125,7 +140,7 @@ def strangers(members, pinned):
 
 def main():
     started = time.monotonic()
-    out = {"scope": None, "procs": [], "skipped": [], "stopped": False, "left": [], "error": None}
+    out = {"scope": None, "procs": [], "skipped": [], "killed_at_once": [], "stopped": False, "left": [], "error": None}
     try:
         stem, stop_timeout, roots = sys.argv[1], float(sys.argv[2]), parse_roots(sys.argv[3:])
     except (IndexError, ValueError) as exc:
@@ -212,12 +227,31 @@ def main():
                             "`systemctl status %s` and stop what belongs to the old server by hand"
                             % (scope, ", ".join(str(p) for p in odd), scope))
         if not out["error"]:
-            # systemctl stop waits for the job: SIGTERM, TimeoutStopUSec, SIGKILL, all cgroup members gone.
-            stop = subprocess.run(["systemctl", "stop", "--", scope], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=stop_timeout + 60, check=False)
-            out["stopped"] = stop.returncode == 0
-            if stop.returncode != 0:
-                out["error"] = "systemctl stop %s failed: %s" % (scope, stop.stderr.decode().strip())
+            # The ladder's rule: SIGTERM would do nothing to these, so no grace (pidfd: the very process).
+            for pid, (_start_time, fd) in sorted(pinned.items()):
+                if not exited(fd) and ignores_term(pid):
+                    try:
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    except OSError:
+                        continue  # exited meanwhile
+                    out["killed_at_once"].append({"pid": pid, "at_s": round(time.monotonic() - started, 3)})
+
+            # When they were all, the scope empties and systemd collects it: nothing is left to stop.
+            def all_gone():
+                return all(exited(fd) for _start_time, fd in pinned.values())
+            gone_by = time.monotonic() + 2
+            while out["killed_at_once"] and not all_gone() and time.monotonic() < gone_by:
+                time.sleep(0.02)
+            if out["killed_at_once"] and all_gone():
+                out["stopped"] = True
+            else:
+                # systemctl stop waits for the job: SIGTERM, TimeoutStopUSec, SIGKILL, all cgroup members gone.
+                stop = subprocess.run(["systemctl", "stop", "--", scope], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, timeout=stop_timeout + 60, check=False)
+                # A scope whose last member died meanwhile is gone before the stop: stopped all the same.
+                out["stopped"] = stop.returncode == 0 or all_gone()
+                if not out["stopped"]:
+                    out["error"] = "systemctl stop %s failed: %s" % (scope, stop.stderr.decode().strip())
     deadline = time.monotonic() + 5
     while True:
         out["left"] = [pid for pid, (_start_time, fd) in sorted(pinned.items()) if not exited(fd)]

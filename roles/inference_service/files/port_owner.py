@@ -38,10 +38,21 @@ def clashes(hexaddr, host):
     return host in WILD or addr in WILD or addr == host
 
 
-def systemd_path(text):
-    """The cgroup path systemd keeps a process in: the name=systemd line (hybrid), else the v2 one."""
+# systemd runs the unified hierarchy when cgroup2 is mounted at /sys/fs/cgroup itself (its
+# cgroup.controllers is there). The kernel still lists a name=systemd line when the machine
+# around this one mounts a hybrid layout (a node booted with its own cgroup v2 tree under
+# systemd-nspawn on a hybrid host reads 'N:name=systemd:/' for every process), so that line
+# says where systemd keeps a process only on a hybrid host.
+UNIFIED = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+
+
+def systemd_path(text, unified=None):
+    """The cgroup path systemd keeps a process in: the v2 line on a unified host, else the
+    name=systemd line (hybrid), else the v2 one."""
     paths = dict((parts[1], parts[2]) for parts in (line.split(":", 2) for line in text.splitlines())
                  if len(parts) == 3)
+    if UNIFIED if unified is None else unified:
+        return paths.get("", paths.get("name=systemd"))
     return paths.get("name=systemd", paths.get(""))
 
 

@@ -53,6 +53,11 @@ def crashed(first, now):
         return "%s crashed and was restarted by systemd (NRestarts %d -> %d, last %s)" % (
             now["unit"], first["NRestarts"], now["NRestarts"], exited)
     if now["ActiveState"] in ("inactive", "deactivating"):
+        # A unit that wraps a container runtime (podman's conmon, docker run) is deactivating
+        # when its container exits, before systemd restarts it: a failure status is a crash.
+        if now["ExecMainStatus"] != 0 or now["Result"] not in ("success", ""):
+            return "%s main process exited with status %d (%s/%s, Result=%s): the server crashed" % (
+                now["unit"], now["ExecMainStatus"], now["ActiveState"], now["SubState"], now["Result"])
         return "%s stopped (%s/%s, %s)" % (now["unit"], now["ActiveState"], now["SubState"], exited)
     if first["MainPID"] and now["MainPID"] != first["MainPID"]:
         return "%s main process %d is gone (%s/%s, %s)" % (

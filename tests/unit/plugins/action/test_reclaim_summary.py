@@ -24,7 +24,8 @@ def test_summary_record_of_a_failed_server_and_of_an_unreachable_host():
                           "inference_service_info": {"max_total_num_tokens": 116000}})
     assert record["status"] == "failed" and record["failure"] == failure
     assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000,
-                                "restart_reasons": [], "adoption": None, "gpus_reclaim": None, "strays_reclaim": None}
+                                "restart_reasons": [], "adoption": None, "container_adoption": None, "gpus_reclaim": None,
+                                "strays_reclaim": None}
     assert record["changed"] is False
     assert host_record({})["status"] == "no result (unreachable)"
 
@@ -143,6 +144,31 @@ def test_strays_freed_beside_a_healthy_server_are_recorded_and_shown():
     assert host_record(skipped)["changed"] is False and host_record(skipped)["server"]["strays_reclaim"] is None
 
 
+def test_a_hand_started_container_the_role_stopped_is_recorded_and_shown():
+    cid = "e6cca3930084" + "0" * 52
+    stopped = {"changed": True, "results": [
+        {"item": {"runtime": "podman", "id": cid, "name": "sglang", "pids": [591, 602], "why": "..."},
+         "rc": 0, "delta": "0:00:01.250000", "changed": True}]}
+    host = dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=dict(RESULT, changed=False, actions=[]),
+                inference_service__containers_stopped=stopped, inference_service__reasons=["flags or unit changed"])
+    record = host_record(host)
+    acts = record["server"]["container_adoption"]["actions"]
+    assert [(a["step"], a["runtime"], a["container"], a["pids"], a["took_s"]) for a in acts] == [
+        ("stop_container", "podman", cid, [591, 602], 1.25)]
+    assert record["changed"] is True
+    lines = host_report("n4", host, record, False)
+    assert "n4: == sglang: adopted 1 hand-started container(s), stopped through their runtime ==" in lines
+    assert ("n4:   stop_container podman sglang (e6cca3930084) PIDs 591,602: "
+            "stopped through podman in 1.25 s, kept (never removed)") in lines
+
+
+def test_no_container_stopped_records_none():
+    skipped = {"results": [], "skipped": True}
+    record = host_record(dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None,
+                              inference_service__containers_stopped=skipped))
+    assert record["server"]["container_adoption"] is None
+
+
 def test_summary_report_lines_hold_no_control_character_of_a_holders_title():
     holder = dict(RESULT["holders"][0], name="x\nGPU 3: 0 free", cmdline="x\nGPU 3: 0 free \x1b[2K")
     action = dict(RESULT["actions"][0], name="x\nGPU 3: 0 free")
@@ -152,3 +178,13 @@ def test_summary_report_lines_hold_no_control_character_of_a_holders_title():
     assert not any(ch in "".join(lines) for ch in "\n\r\x1b"), lines
     shown = escape_text("x\nGPU 3: 0 free")
     assert shown in lines[1] and shown in lines[2], lines
+
+
+def test_adopted_processes_that_ignored_sigterm_are_recorded_as_killed_at_once():
+    out = json.loads(ADOPTED["stdout"])
+    out.update(killed_at_once=[{"pid": 302, "at_s": 0.052}])
+    host = dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None,
+                inference_service__adopted={"stdout": json.dumps(out)})
+    actions = host_record(host)["server"]["adoption"]["actions"]
+    assert [(a["step"], a["pid"]) for a in actions] == [("adopt_stop", 301), ("adopt_sigkill", 302)]
+    assert actions[1]["result"] == "SIGKILL at once at 0.052 s (its SigIgn holds SIGTERM), in sglang-adopted"

@@ -52,8 +52,19 @@ def test_in_unit_is_the_units_own_control_group_or_below(path, group, inside):
 
 def test_systemd_path_prefers_the_name_systemd_hierarchy_then_v2():
     hybrid = "9:name=systemd:/system.slice/a.service\n1:cpu:/\n0::/system.slice/b.service\n"
-    assert port_owner.systemd_path(hybrid) == "/system.slice/a.service"
-    assert port_owner.systemd_path("0::/system.slice/b.service\n") == "/system.slice/b.service"
+    assert port_owner.systemd_path(hybrid, unified=False) == "/system.slice/a.service"
+    assert port_owner.systemd_path("0::/system.slice/b.service\n", unified=False) == "/system.slice/b.service"
+
+
+def test_systemd_path_on_a_unified_host_is_the_v2_line_whatever_name_systemd_says():
+    # Read on a lab container node (its own cgroup v2 tree under nspawn, on a hybrid host): the
+    # kernel lists the outer host's name=systemd hierarchy as "/" for every process, while the
+    # node's systemd keeps the server of a podman unit (--cgroups=split) in the v2 path.
+    seen = ("9:name=systemd:/\n8:pids:/\n1:cpu:/\n"
+            "0::/system.slice/fakeserve.service/libpod-payload-" + "c" * 64 + "\n")
+    assert port_owner.systemd_path(seen, unified=True) == "/system.slice/fakeserve.service/libpod-payload-" + "c" * 64
+    assert port_owner.in_unit(port_owner.systemd_path(seen, unified=True), "/system.slice/fakeserve.service")
+    assert port_owner.systemd_path("9:name=systemd:/x.service\n", unified=True) == "/x.service"
 
 
 def test_a_real_listener_is_found_with_its_uid_and_cgroup_and_is_not_in_a_unit_it_does_not_belong_to():
