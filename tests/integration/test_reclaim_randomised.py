@@ -64,7 +64,7 @@ def expected(shapes, selected):
     held = {p.gpu for p in shapes if p.gpu in selected and p.protected}
     # A GPU whose killed context owner left a forked child holding its context: NVML charges a
     # dead PID, so every mapper of that GPU counts as a context holder (see the unit test's oracle).
-    orphaned = {p.gpu for p in shapes if p.kind == "forked" and p.parent not in alive_pids}
+    orphaned = {p.gpu for p in shapes if p.kind == "forked" and p.parent not in alive_pids and p.protected}
     in_context = [p for p in shapes if p.kind != "forked" or p.parent not in alive_pids or p.gpu in orphaned]
     protected_holders = {p.pid for p in in_context if p.protected and p.gpu in held}
     read_every_process = any(p.kind == "forked" and p.pid in protected_holders for p in shapes)
