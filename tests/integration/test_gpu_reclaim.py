@@ -355,26 +355,16 @@ def gpu0_used(lab, node):
 
 @pytest.mark.parametrize("loop", sorted(LOOPS))
 def test_respawning_loop_is_ended_never_free_while_it_lives(lab, node, loop):
-    sc.start_in_scope(lab, node, "loop-%s" % loop, LOOPS[loop])
-    sc.wait_until(lab, node, "[ -s /run/gpuops-t/loop.pid ] && nvidia-smi --query-gpu=index,memory.used "
-                             "--format=csv,noheader,nounits | grep -q '^0, 500$'", "loop holding GPU 0")
-    loop_pid = int(lab.exec(node, "cat /run/gpuops-t/loop.pid").stdout)
-    loop_start = sc.identity(lab, node, loop_pid)[0]
+    name = "loop-%s" % loop
+    loop_pid, loop_start = start_shape(lab, node, name, LOOPS[loop])
 
     result = reclaim(lab, node, gpus=["0"], term_timeout=5)
 
-    loop_alive = sc.alive(lab, node, loop_pid, loop_start)
-    assert not (result["free"] and loop_alive), "free while the loop lives: %s" % result["actions"]
     # The loop is no protected process and holds nothing itself: it is made the target.
-    assert not result.get("failed"), result.get("msg")
-    assert result["free"] is True and not loop_alive, result["actions"]
-    respawn = [a for a in steps(result, "respawn") if a["pid"] == loop_pid]
-    assert respawn and "the parent becomes the target" in respawn[0]["result"], result["actions"]
-    assert loop_pid in signalled(result, "sigterm") | signalled(result, "sigkill")
+    respawner_ended(lab, node, result, loop_pid, loop_start, "the parent becomes the target")
     # Stays free: nothing is left that could bring a holder back. The loop's scope (every
     # process the loop started, and the loop) is empty, so it is gone (it was made --collect).
-    sc.wait_until(lab, node, "! systemctl is-active --quiet %sloop-%s.scope" % (sc.SCOPE_PREFIX, loop),
-                  "the loop's scope empty")
+    scope_empty(lab, node, name)
     assert gpu0_used(lab, node) == 0
 
 
@@ -431,6 +421,18 @@ def start_shape(lab, node, name, command):
     return pid, sc.identity(lab, node, pid)[0]
 
 
+def respawner_ended(lab, node, result, loop_pid, loop_start, said):
+    """The run was never free while the loop lived, did not fail, named the loop in a respawn
+    step whose result says `said`, and signalled it: the loop is gone and the GPUs free."""
+    loop_alive = sc.alive(lab, node, loop_pid, loop_start)
+    assert not (result["free"] and loop_alive), "free while the loop lives: %s" % result["actions"]
+    assert not result.get("failed"), result.get("msg")
+    assert result["free"] is True and not loop_alive, result["actions"]
+    respawn = [a for a in steps(result, "respawn") if a["pid"] == loop_pid]
+    assert respawn and said in respawn[0]["result"], result["actions"]
+    assert loop_pid in signalled(result, "sigterm") | signalled(result, "sigkill")
+
+
 def scope_empty(lab, node, name):
     """Wait until nothing of scope gpuops-t-<name> is left (no process of the shape, so nothing
     that could bring a holder back)."""
@@ -449,14 +451,8 @@ def test_a_restarted_retitled_slow_holder_is_seen_by_ancestry_and_its_respawner_
 
     result = reclaim(lab, node, gpus=["0"], term_timeout=5)
 
-    loop_alive = sc.alive(lab, node, loop_pid, loop_start)
-    assert not (result["free"] and loop_alive), "free while the loop lives: %s" % result["actions"]
-    assert not result.get("failed"), result.get("msg")
-    assert result["free"] is True and not loop_alive, result["actions"]
     # The loop itself (the holder's parent, or its grandparent) was recognised and ended.
-    respawn = [a for a in steps(result, "respawn") if a["pid"] == loop_pid]
-    assert respawn and "becomes the target" in respawn[0]["result"], result["actions"]
-    assert loop_pid in signalled(result, "sigterm") | signalled(result, "sigkill")
+    respawner_ended(lab, node, result, loop_pid, loop_start, "becomes the target")
     # Nothing of the shape is left (no restarted worker escaped, loading), and GPU 0 is free.
     scope_empty(lab, node, name)
     assert gpu0_used(lab, node) == 0
