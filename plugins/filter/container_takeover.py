@@ -36,6 +36,13 @@ options:
     type: list
     elements: dict
     required: true
+  own:
+    description:
+      - The ID of the managed unit's own container (docker, whose containers sit outside the unit's cgroup;
+        the role reads it from the ID file of the unit's C(docker run)). Its processes are the server's
+        (C(ours)): never adopted and never strays. Empty for none.
+    type: str
+    default: ''
 """
 
 EXAMPLES = r"""
@@ -44,7 +51,9 @@ takeover: "{{ owners | gpuops.reclaim.server_takeover(holders, 'sglang.service',
 
 RETURN = r"""
 _value:
-  description: The takeover with C(adopt) less the containers' processes and C(containers) (runtime, id, name, pids, why).
+  description:
+    - The takeover with C(adopt) less the containers' processes and C(containers) (runtime, id, name, pids, why).
+    - With O(own), the own container's GPU holders move from C(adopt) and C(strays) to C(ours).
   type: dict
 """
 

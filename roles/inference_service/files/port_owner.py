@@ -1,8 +1,8 @@
 """Who listens on HOST:PORT? Prints JSON:
-{"port", "host", "listening", "owners": [{pid, start_time, uid, name, cmdline, unit, cgroup, in_unit}],
- "unit", "unit_cgroup"}.
+{"port", "host", "listening", "owners": [{pid, start_time, uid, name, cmdline, unit, cgroup, in_unit,
+ in_container}], "unit", "unit_cgroup", "container"}.
 
-usage: port_owner.py PORT [HOST [UNIT]]
+usage: port_owner.py PORT [HOST [UNIT]] [--container RUNTIME ID]
 
 Read-only, stdlib only, so it runs on any managed host (no ss/lsof needed):
 LISTEN sockets come from /proc/net/tcp{,6}, their owners from /proc/*/fd,
@@ -14,6 +14,14 @@ included, so such a process's `unit` is that user@UID.service, never a name belo
 With UNIT, `in_unit` says whether the process is in that unit's own control group (or below
 it) as systemd reports it (ControlGroup): the only proof that a listener is the unit's server
 and not a squatter that bound the port while the server was loading.
+
+With --container RUNTIME ID (docker: the ID the unit's own `docker run --cidfile` wrote), the
+same proof for a server whose processes sit in the runtime's cgroup, outside the unit that
+wraps `docker run` (system.slice/docker-<id>.scope, or /docker/<id> with cgroupfs): the runtime
+gives the container's init PID (`inspect`, State.Pid) and its /proc/PID/cgroup is the
+container's; `in_container` says the listener is in that cgroup or below it. The runtime
+confirms it, never a name a user could choose. "container" reports {id, pid, cgroup} or
+{error}.
 """
 import json
 import os
@@ -98,7 +106,27 @@ def listeners(port, host):
     return inodes
 
 
-def owners_of(inodes, group):
+def container_cgroup(runtime, cid):
+    """The cgroup of a running container's init, as its runtime and the kernel report it."""
+    fmt = "{{.Id}} {{.State.Running}} {{.State.Pid}}"
+    try:
+        out = subprocess.run([runtime, "container", "inspect", "--format", fmt, cid], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"id": cid, "error": "%s container inspect: %s" % (runtime, exc)}
+    words = out.stdout.decode().split()
+    if out.returncode != 0 or len(words) != 3 or words[1] != "true" or not words[2].isdigit() or words[2] == "0":
+        return {"id": cid, "error": "%s container inspect %s: %s" % (
+            runtime, cid, (out.stderr.decode().strip() or out.stdout.decode().strip() or "not running")[:300])}
+    try:
+        with open("/proc/%s/cgroup" % words[2]) as f:
+            path = systemd_path(f.read())
+    except OSError as exc:
+        return {"id": words[0], "pid": int(words[2]), "error": "init PID %s: %s" % (words[2], exc)}
+    return {"id": words[0], "pid": int(words[2]), "cgroup": path}
+
+
+def owners_of(inodes, group, ctr_group=None):
     owners = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -117,21 +145,27 @@ def owners_of(inodes, group):
             uid = os.stat("/proc/%s" % pid).st_uid
             owners.append({"pid": int(pid), "start_time": start_time, "uid": uid, "name": name,
                            "cmdline": cmdline or name, "unit": unit_of(path), "cgroup": path,
-                           "in_unit": in_unit(path, group)})
+                           "in_unit": in_unit(path, group), "in_container": in_unit(path, ctr_group)})
         except OSError:
             continue  # gone meanwhile, or not ours to read
     return owners
 
 
 def main(argv):
+    container = None
+    if "--container" in argv:
+        at = argv.index("--container")
+        container = argv[at + 1:at + 3]
+        argv = argv[:at] + argv[at + 3:]
     port = int(argv[1])
     host = argv[2] if len(argv) > 2 else "0.0.0.0"
     unit = argv[3] if len(argv) > 3 else None
     inodes = listeners(port, host)
     group = unit_cgroup(unit)
-    owners = owners_of(inodes, group) if inodes else []
+    ctr = container_cgroup(*container) if container else None
+    owners = owners_of(inodes, group, (ctr or {}).get("cgroup")) if inodes else []
     print(json.dumps({"port": port, "host": host, "listening": bool(inodes), "owners": owners,
-                      "unit": unit, "unit_cgroup": group}))
+                      "unit": unit, "unit_cgroup": group, "container": ctr}))
 
 
 if __name__ == "__main__":
