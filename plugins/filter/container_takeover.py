@@ -38,9 +38,10 @@ options:
     required: true
   own:
     description:
-      - The ID of the managed unit's own container (docker, whose containers sit outside the unit's cgroup;
-        the role reads it from the ID file of the unit's C(docker run)). Its processes are the server's
-        (C(ours)): never adopted and never strays. Empty for none.
+      - >-
+        The ID of the managed unit's own container (docker, whose containers sit outside the unit's cgroup;
+        the role reads it from the ID file of the unit's C(docker run)). Its processes are the server's,
+        in C(ours), never adopted and never strays. Empty for none.
     type: str
     default: ''
 """
