@@ -769,6 +769,9 @@ class Ladder(object):
         targets, left = decide.plan_targets(survey.holders, selected, self.match, spared)
         keepers = dict((h['pid'], h) for h in left)
         keepers.update((h['pid'], h) for h in targets if h['pid'] in self.unreachable)
+        # A guest's systemd seen restarting what was killed from here brings it back as often as
+        # it is killed, and this host cannot stop that unit: its GPU is not waited for.
+        keepers.update((h['pid'], h) for h in targets if _guest_unit(h) in self.respawning_guest_units)
         hopeful, blocked, unseen = [], {}, []
         for row in survey.rows:
             if row['free']:
@@ -784,7 +787,8 @@ class Ladder(object):
             hopeful += unseen
             unseen = []
         if not hopeful:
-            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), _held_because(h, self.unreachable))
+            restarting = self.respawning_guest_units
+            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), _held_because(h, self.unreachable, restarting))
                                                     for h in kept)) for index, kept in sorted(blocked.items())]
             why += ['GPU %d: memory held by no visible process and not falling' % index for index in unseen]
             self._record(act.Action('wait_release', 'GPU %s' % _indices(selected),
@@ -908,9 +912,11 @@ def _unique(holders):
     return out
 
 
-def _held_because(holder, unreachable):
+def _held_because(holder, unreachable, restarting_guest_units=frozenset()):
     if holder['pid'] in unreachable:
         return 'is alive after SIGKILL (state %s)' % holder['state']
+    if _guest_unit(holder) in restarting_guest_units:
+        return 'is back: %s' % decide.owner_lever(holder)
     return 'is left: %s' % holder.get('reason', 'not a target')
 
 
