@@ -311,6 +311,8 @@ class Surveyor(object):
         proc = observe.describe_process(pid, self.proc)
         reason = decide.protection_reason(proc, self.own_ancestors, self.protect,
                                           vendor_infrastructure=self.backend.infrastructure)
+        if reason == decide.CONTAINER_INIT:
+            return peeked._replace(protected=respawn.NAMESPACE_INIT)
         return peeked._replace(protected=reason is not None)
 
     def descendants(self, pid):
