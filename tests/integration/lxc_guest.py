@@ -17,7 +17,7 @@ from . import scenarios as sc
 CONFIG = """\
 lxc.uts.name = {hostname}
 lxc.rootfs.path = dir:{dir}/rootfs
-lxc.init.cmd = /lib/systemd/systemd
+lxc.init.cmd = {init}
 lxc.net.0.type = none
 lxc.mount.auto = proc:mixed sys:ro cgroup:rw
 lxc.apparmor.profile = unconfined
@@ -60,11 +60,23 @@ def require_lxc(lab, node):
         pytest.skip("stand-in GPU driver not installed on %s: tests/fakegpu not built" % node)
 
 
-def boot(lab, node, guest, hostname=None):
-    """Boot the guest `guest` (lxc-start -n GUEST) on `node` and wait until its systemd is up."""
+INIT_SCRIPT = "/usr/local/sbin/gpuops-lab-init"
+
+
+def boot(lab, node, guest, hostname=None, init=None):
+    """Boot the guest `guest` (lxc-start -n GUEST) on `node` and wait until its systemd is up;
+    with `init` (a shell script's text), that script is the guest's PID 1 instead of systemd
+    (as a guest or container whose init is a loop restarting a server), and the boot is done
+    when the guest runs."""
     directory = guest_dir(guest)
-    config = CONFIG.format(hostname=hostname or guest, dir=directory)
+    config = CONFIG.format(hostname=hostname or guest, dir=directory,
+                           init=INIT_SCRIPT if init else "/lib/systemd/systemd")
+    if init:
+        lab.exec(node, "set -e; d=%s/upper%s; mkdir -p $(dirname $d); cat > $d <<'EOF'\n%sEOF\n"
+                       "chmod 755 $d" % (directory, INIT_SCRIPT, init))
     lab.exec(node, START_GUEST % {"dir": directory, "guest": guest, "config": config}, timeout=120)
+    if init:
+        return
     up = "%s 2>/dev/null | grep -qE '^(running|degraded)$'" % in_guest(guest, "systemctl is-system-running")
     sc.wait_until(lab, node, up, "systemd of LXC guest %s up" % guest, timeout=60)
 

@@ -159,3 +159,55 @@ def test_a_restarting_unit_of_guest_129_is_named_with_pct_exec_and_not_waited_fo
     again = lab.module(ct, "gpuops.reclaim.gpu_holders", {"gpus": ["6"]})
     assert again["free"] is True and again["holders"] == []
     assert "RUNNING" in lab.exec(ct, "lxc-info -n %s -s" % VMID).stdout
+
+
+LOOP_VMID = "130"
+LOOP_TITLE = "sglang::scheduler_TP4"
+# The guest's PID 1: a loop restarting a server, as `docker run IMAGE sh -c 'while :; do ...;
+# done'` or a guest whose init runs the server. The server imports for 1 s, re-titles itself,
+# then loads for 2 s before it takes the GPU (a real server's shape, FIELD_NOTES).
+LOOP_INIT = """#!/bin/sh
+while :; do
+    /opt/gpuops-lab/fakegpu/fakegpu hold --gpu 4:800 --import-s 1 --load-s 2 --title %s
+    sleep 0.3
+done
+""" % LOOP_TITLE
+
+
+@pytest.fixture
+def loop_guest(lab, pct_node):
+    """(node, init's node PID): guest 130, whose init is LOOP_INIT, its server holding GPU 4."""
+    sc.cleanup(lab, pct_node)
+    lg.boot(lab, pct_node, LOOP_VMID, hostname="loop-ct130", init=LOOP_INIT)
+    sc.wait_until(lab, pct_node, "[ \"$(%s)\" = 800 ]" % used_mib_command(4), "guest 130's server holding GPU 4")
+    init = lab.exec(pct_node, "lxc-info -n %s -p -H" % LOOP_VMID).stdout.strip()
+    yield pct_node, int(init)
+    lg.remove(lab, pct_node, LOOP_VMID)
+    sc.cleanup(lab, pct_node)
+
+
+def test_a_guests_init_restarting_the_server_is_named_with_its_guest_and_the_command(lab, loop_guest):
+    """Before: the run read free after one SIGTERM (the init was never watched, being
+    protected), and the server held the GPU again 3 s later. Now the init is watched, never
+    signalled, and the failure names guest 130 and `pct stop 130` (no `kill`); that command,
+    run as written, frees the GPU."""
+    node, init_pid = loop_guest
+
+    result = lab.module(node, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["4"]))
+
+    assert result.get("failed") is True and result["free"] is False, result
+    respawns = [a for a in result["actions"] if a["step"] == "respawn"]
+    assert [a["pid"] for a in respawns] == [init_pid], result["actions"]
+    assert init_pid not in [a.get("pid") for a in result["actions"] if a["step"].startswith("sig")], result["actions"]
+    assert [r["reason_code"] for r in result["remaining"] if r["pid"] == init_pid] == ["respawns"], result["remaining"]
+    said = [s for s in result["msg"].split(". ") if "PID %d " % init_pid in s]
+    # Named by its VMID (a respawner's owner is not looked up through `pct config`, as a holder's is).
+    assert said and "init of Proxmox guest %s" % LOOP_VMID in said[0], result["msg"]
+    assert re.findall(r"`([^`]+)`", said[0]) == ["pct stop %s" % LOOP_VMID], said[0]
+    assert "RUNNING" in lab.exec(node, "lxc-info -n %s -s" % LOOP_VMID).stdout
+
+    lab.exec(node, "pct stop %s" % LOOP_VMID)
+
+    sc.wait_until(lab, node, "[ \"$(%s)\" = 0 ]" % used_mib_command(4), "GPU 4 free once guest 130 stopped")
+    again = lab.module(node, "gpuops.reclaim.gpu_holders", {"gpus": ["4"]})
+    assert again["free"] is True and again["holders"] == []
