@@ -1,44 +1,14 @@
-"""A real LXC guest (Debian's lxc 5.0) booted inside a lab runtime node (LAB_RUNTIMES=1), for
-test_lxc.py (a guest by name) and test_pct.py (a guest named by its Proxmox VMID, reached
-through the stand-in `pct`).
-
-The guest boots systemd from the lab's base tree (an overlay over the read-only base the node
-has at /opt/gpuops-lab-base, its upper layer on the node's disk directory), shares the
-node's network (lxc.net.0.type = none) with its sshd masked (unmasked as it comes, it listens
-on [::]:22 of the controller's network), and gets the stand-in driver's device files, config,
-state and library bind-mounted from the node, so a process in it holds stand-in memory as a
-node process does. Its processes sit under /lxc.payload.NAME on the node.
+"""A real LXC guest (Debian's lxc 5.0) booted inside a lab runtime node (LAB_RUNTIMES=1) by the
+node's `lab-lxc-guest` (tests/lab/node/lab-lxc-guest: the guest's config and overlay, its
+systemd up), for test_lxc.py (a guest by name) and test_pct.py (a guest named by its Proxmox
+VMID, reached through the stand-in `pct`). Its processes sit under /lxc.payload.NAME on the node.
 """
+
+import shlex
 
 import pytest
 
 from . import scenarios as sc
-
-CONFIG = """\
-lxc.uts.name = {hostname}
-lxc.rootfs.path = dir:{dir}/rootfs
-lxc.init.cmd = {init}
-lxc.net.0.type = none
-lxc.mount.auto = proc:mixed sys:ro cgroup:rw
-lxc.apparmor.profile = unconfined
-lxc.autodev = 1
-lxc.tty.max = 0
-lxc.log.file = {dir}/lxc.log
-lxc.mount.entry = /opt/gpuops-lab opt/gpuops-lab none bind,ro,create=dir 0 0
-lxc.mount.entry = /etc/fakegpu etc/fakegpu none bind,ro,create=dir 0 0
-lxc.mount.entry = /var/lib/fakegpu var/lib/fakegpu none bind,create=dir 0 0
-lxc.mount.entry = /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 none bind,ro,create=file 0 0
-"""
-START_GUEST = (
-    "set -e; d=%(dir)s; mkdir -p $d/upper $d/work $d/rootfs /var/lib/lxc/%(guest)s; "
-    "mountpoint -q $d/rootfs || mount -t overlay overlay "
-    "-o lowerdir=/opt/gpuops-lab-base,upperdir=$d/upper,workdir=$d/work $d/rootfs; "
-    "ln -sfn /dev/null $d/rootfs/etc/systemd/system/ssh.service; "
-    "{ cat <<'EOF'\n%(config)sEOF\n"
-    "for f in /dev/nvidia*; do echo \"lxc.mount.entry = $f ${f#/} none bind,create=file 0 0\"; done; "
-    "} > /var/lib/lxc/%(guest)s/config; "
-    "lxc-info -n %(guest)s -s | grep -q RUNNING || lxc-start -n %(guest)s; "
-    "lxc-wait -n %(guest)s -s RUNNING -t 30")
 
 
 def guest_dir(guest):
@@ -60,32 +30,21 @@ def require_lxc(lab, node):
         pytest.skip("stand-in GPU driver not installed on %s: tests/fakegpu not built" % node)
 
 
-INIT_SCRIPT = "/usr/local/sbin/gpuops-lab-init"
-
-
 def boot(lab, node, guest, hostname=None, init=None):
-    """Boot the guest `guest` (lxc-start -n GUEST) on `node` and wait until its systemd is up;
-    with `init` (a shell script's text), that script is the guest's PID 1 instead of systemd
-    (as a guest or container whose init is a loop restarting a server), and the boot is done
-    when the guest runs."""
-    directory = guest_dir(guest)
-    config = CONFIG.format(hostname=hostname or guest, dir=directory,
-                           init=INIT_SCRIPT if init else "/lib/systemd/systemd")
+    """Boot the guest `guest` (lxc-start -n GUEST) on `node`, its systemd up; with `init` (a
+    shell script's text), that script is the guest's PID 1 instead of systemd (a guest or
+    container whose init is a loop restarting a server), and the boot is done when it runs."""
+    args = [guest] + (["--hostname", hostname] if hostname else [])
     if init:
-        lab.exec(node, "set -e; d=%s/upper%s; mkdir -p $(dirname $d); cat > $d <<'EOF'\n%sEOF\n"
-                       "chmod 755 $d" % (directory, INIT_SCRIPT, init))
-    lab.exec(node, START_GUEST % {"dir": directory, "guest": guest, "config": config}, timeout=120)
-    if init:
-        return
-    up = "%s 2>/dev/null | grep -qE '^(running|degraded)$'" % in_guest(guest, "systemctl is-system-running")
-    sc.wait_until(lab, node, up, "systemd of LXC guest %s up" % guest, timeout=60)
+        path = "%s.init" % guest_dir(guest)
+        lab.exec(node, "mkdir -p $(dirname %s) && cat > %s <<'EOF'\n%sEOF" % (path, path, init))
+        args += ["--init-file", path]
+    lab.exec(node, "lab-lxc-guest up " + " ".join(shlex.quote(a) for a in args), timeout=150)
 
 
 def remove(lab, node, guest):
     """Stop the guest and delete everything boot() made for it."""
-    directory = guest_dir(guest)
-    lab.exec(node, "lxc-stop -n %s -k >/dev/null 2>&1; umount %s/rootfs 2>/dev/null; rm -rf %s /var/lib/lxc/%s; true"
-             % (guest, directory, directory, guest), timeout=120)
+    lab.exec(node, "lab-lxc-guest down %s; rm -f %s.init" % (shlex.quote(guest), guest_dir(guest)), timeout=150)
 
 
 def end_unit(lab, node, guest, unit):
