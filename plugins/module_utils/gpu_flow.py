@@ -315,6 +315,15 @@ class Surveyor(object):
             return peeked._replace(protected=respawn.NAMESPACE_INIT)
         return peeked._replace(protected=reason is not None)
 
+    def init_respawns(self):
+        """Whether PID 1 is no systemd manager, so may restart what the ladder ends as a loop does
+        (the init of the guest or container this runs in); False when it cannot be read."""
+        try:
+            program = self.peek(1).program
+        except observe.ProcError:
+            return False
+        return program is not None and not respawn.systemd_manager(program)
+
     def descendants(self, pid):
         return observe.descendants_of(pid, self.proc)
 

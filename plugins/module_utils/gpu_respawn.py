@@ -21,7 +21,10 @@ same, and the walk ends with it: the init of a guest's or container's PID namesp
 systemd manager (a loop as a guest's init restarts its server as often as it is killed from the
 host: measured in the lab, an LXC guest whose init was `while :; do server; sleep 0.3; done`
 read free after one SIGTERM, and the server held the GPU again seconds later). It is never
-signalled; the failure names its guest and the command that stops that. Why those stop the walk: PID 1 and a
+signalled; the failure names its guest and the command that stops that. So is PID 1 when it is
+no systemd manager (the same loop seen from inside the guest, the module run there through `pct
+exec`: it read free, and the loop held the GPU again seconds later); with a systemd PID 1 (the
+seeds' guests) the orphans of PID 1 are not read, and PID 1 once per run at most. Why those stop the walk: PID 1 and a
 systemd manager restart what their units say, and units are stopped through systemd; this
 module's tree and infrastructure (sshd, slurmstepd, a container's init) start new processes of
 their own for reasons that are not a respawn (sshd forks and execs the user's shell at every
@@ -86,6 +89,11 @@ def same_program(one, other):
     return (one.dev, one.ino) == (other.dev, other.ino) or _path(one.path) == _path(other.path)
 
 
+def systemd_manager(program):
+    """Whether a program (a Program) is a systemd manager's."""
+    return _path(program.path) in SYSTEMD_MANAGERS
+
+
 def boundary(link, own_tree):
     """Why the walk up from an ended process stops at this ancestor, or None (see the module's
     doc for why each stops it)."""
@@ -129,6 +137,7 @@ class Watch(object):
         self.clock = clock
         self.proc_error = proc_error
         self.entries = {}
+        self.init_respawns = None
 
     # --- the watch --------------------------------------------------------------------------
 
@@ -138,8 +147,8 @@ class Watch(object):
         own_tree = self.reader.own_ancestors
         for target in targets:
             parent = target.get('ppid')
-            if not parent or parent <= 1 or parent in own_tree:
-                continue   # an orphan of PID 1 (the seeds) or the module's own child: nothing to read
+            if not parent or parent < 1 or parent in own_tree or (parent == 1 and not self._init_respawns()):
+                continue   # an orphan of a systemd PID 1 (the seeds) or the module's own child: nothing to read
             try:
                 first = self.reader.peek(target['pid'])
             except self.proc_error:
@@ -160,6 +169,23 @@ class Watch(object):
                     break
                 chain.append(link)
                 pid = link.ppid
+            else:
+                if pid == 1 and self._init_respawns():
+                    self._watch_init(chain, target['pid'])
+
+    def _init_respawns(self):
+        """Whether PID 1 is watched: the reader's init_respawns() says it is no systemd manager (a
+        loop as the init of the guest or container this runs in). Asked once per Watch."""
+        if self.init_respawns is None:
+            ask = getattr(self.reader, 'init_respawns', None)
+            self.init_respawns = bool(ask and ask())
+        return self.init_respawns
+
+    def _watch_init(self, chain, ended_pid):
+        try:
+            self._watch(self.reader.link(1), chain, ended_pid)
+        except self.proc_error:
+            pass
 
     def _watch(self, link, chain, ended_pid):
         entry = self.entries.get(link.pid)

@@ -111,6 +111,36 @@ def test_a_guests_init_that_is_no_systemd_is_watched_and_nothing_above_it():
         'a guest whose init is systemd restarts its units: never watched (the seeds pay nothing)'
 
 
+class LoopInitTable(Table):
+    """A guest or container seen from inside, whose PID 1 is a loop (no systemd manager)."""
+
+    def __init__(self, rows, loop=True):
+        super(LoopInitTable, self).__init__(rows)
+        self.loop = loop
+        self.asked = 0
+
+    def init_respawns(self):
+        self.asked += 1
+        return self.loop
+
+
+def test_pid_1_that_is_no_systemd_is_watched_at_any_depth_and_asked_once():
+    table = LoopInitTable({1: [0, 1, program('sh'), True], 40: [1, 40, program('launcher'), False],
+                           10: [40, 10, program('python3'), False], 11: [1, 11, program('python3'), False]})
+    w = watch(table, 10, 11)
+    assert w.watched() == [1, 40] and table.asked == 1
+    assert sorted(w.entries[1].ended) == [10, 11]
+    del table.rows[11]
+    table.rows[12] = [1, 112, program('python3'), False]      # the loop starts the server again
+    assert w.poll() == {1: [12]}
+
+
+def test_an_orphan_of_a_systemd_pid_1_is_not_read():
+    table = LoopInitTable({10: [1, 10, program('python3'), False]}, loop=False)
+    w = watch(table, 10)
+    assert w.watched() == [] and table.reads == 0 and table.asked == 1
+
+
 def test_an_orphan_of_pid_1_or_a_child_of_the_module_is_not_even_read():
     table = Table({10: [1, 10, program('python3'), False], 11: [901, 11, program('python3'), False]})
     w = watch(table, 10, 11)
