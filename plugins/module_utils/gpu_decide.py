@@ -639,6 +639,11 @@ def respawn_message(parent):
     init of a guest or container is never signalled (`kill` from here would end the whole
     guest): its owner names the lever."""
     said = owner_lever(parent) if is_container_init(parent) else None
+    if parent['pid'] == 1:
+        said = ('it is PID 1, the init of the guest or container this runs in (or of this host), never '
+                'signalled, and restarts what it runs for as long as it runs: stop that guest or '
+                'container from its host (`pct stop VMID` on a Proxmox host, `lxc-stop -n NAME`), or '
+                'change what its init runs')
     if said:
         return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s.'
                 % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], said))

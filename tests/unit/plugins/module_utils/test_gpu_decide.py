@@ -416,6 +416,15 @@ def test_a_guest_init_that_respawns_holders_is_named_with_its_guest_and_the_comm
     assert 'init of LXC guest gpuops-t-loop' in said and '`lxc-stop -n gpuops-t-loop`' in said, said
 
 
+def test_pid_1_that_respawns_holders_is_named_as_the_init_with_the_command_from_the_host_not_kill():
+    s, holders = held_by('0::/init.scope\n', name='sh')
+    parent = dict(holders[0], pid=1, protected=True, protected_reason='PID 1 is the init process',
+                  reason='it is protected (PID 1 is the init process)', respawned='PID(s) 60 came back as PID 61')
+    said = decide.respawn_message(parent)
+    assert said.startswith('PID 1 (') and 'init of the guest or container this runs in' in said, said
+    assert '`pct stop VMID`' in said and '`kill' not in said and 'match' not in said, said
+
+
 def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     s = snap([gpu(2, used=76107)], [proc(10, state='disk-sleep', fds=['/dev/nvidia2'], maps=['/dev/nvidia2'])])
     holders, _unused, _unused = classify(s)
