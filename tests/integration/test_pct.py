@@ -67,9 +67,9 @@ def ct(lab, pct_node):
     sc.cleanup(lab, pct_node)
 
 
-def pct_inventory(lab, node, directory):
+def pct_inventory(lab, node, directory, vmid=VMID):
     """The seeds' layout as an inventory: the guest as the host, reached through its Proxmox
-    host (the lab node) with `pct exec 129`."""
+    host (the lab node) with `pct exec VMID`."""
     with open(lab.inventory) as f:
         text = f.read()
     address = re.search(r"^%s ansible_host=(\S+)" % node, text, re.M).group(1)
@@ -81,7 +81,7 @@ def pct_inventory(lab, node, directory):
                 "ansible_connection=community.proxmox.proxmox_pct_remote\n"
                 "ansible_user=root\n"
                 "ansible_ssh_private_key_file=%s\n"
-                "ansible_python_interpreter=/usr/bin/python3\n" % (CT_HOST, address, VMID, key))
+                "ansible_python_interpreter=/usr/bin/python3\n" % (CT_HOST, address, vmid, key))
     return path
 
 
@@ -211,3 +211,41 @@ def test_a_guests_init_restarting_the_server_is_named_with_its_guest_and_the_com
     sc.wait_until(lab, node, "[ \"$(%s)\" = 0 ]" % used_mib_command(4), "GPU 4 free once guest 130 stopped")
     again = lab.module(node, "gpuops.reclaim.gpu_holders", {"gpus": ["4"]})
     assert again["free"] is True and again["holders"] == []
+
+
+def in_guest_through_pct(lab, node, vmid, fqcn, args):
+    """Run one module inside guest `vmid` through the pct connection; its result (failures too)."""
+    with tempfile.TemporaryDirectory(prefix="pct-module-") as tmp:
+        result_path = os.path.join(tmp, "result.json")
+        play = [{"hosts": CT_HOST, "gather_facts": False, "tasks": [
+            {"name": "module under test", fqcn: args, "register": "ct_result", "ignore_errors": True, "become": True},
+            {"ansible.builtin.copy": {"content": "{{ ct_result | to_json }}", "dest": result_path},
+             "delegate_to": "localhost"},
+        ]}]
+        playbook = os.path.join(tmp, "play.json")
+        with open(playbook, "w") as f:
+            json.dump(play, f)
+        run = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", pct_inventory(lab, node, tmp, vmid),
+                              playbook], env=ansible_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=300, check=False)
+        assert os.path.exists(result_path), "no result (rc %d):\n%s\n%s" % (run.returncode, run.stdout, run.stderr)
+        with open(result_path) as f:
+            return json.load(f)
+
+
+def test_inside_the_guest_its_init_restarting_the_server_is_named_as_pid_1_not_free(lab, loop_guest):
+    """The seeds' layout (the module inside the guest, through `pct exec 130`) on the same guest:
+    before, the run read free after one SIGTERM and the loop held the GPU again seconds later
+    (measured); now PID 1, no systemd, is watched, never signalled, and named with the command
+    that stops the guest from its host."""
+    node, _init_pid = loop_guest
+
+    result = in_guest_through_pct(lab, node, LOOP_VMID, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["4"]))
+
+    assert result.get("failed") is True and result["free"] is False, result
+    assert [a["pid"] for a in result["actions"] if a["step"] == "respawn"] == [1], result["actions"]
+    assert 1 not in [a.get("pid") for a in result["actions"] if a["step"].startswith("sig")], result["actions"]
+    assert [r["reason_code"] for r in result["remaining"] if r["pid"] == 1] == ["respawns"], result["remaining"]
+    said = [s for s in result["msg"].split(". ") if s.startswith("PID 1 ")]
+    assert said and "`pct stop VMID`" in said[0] and "`kill" not in said[0], result["msg"]
+    assert "RUNNING" in lab.exec(node, "lxc-info -n %s -s" % LOOP_VMID).stdout
