@@ -322,36 +322,10 @@ def build_protected(name, part, gpus):
 
 
 # A real LXC guest in the node (a runtimes node: Debian's lxc), booted once and kept across
-# trials, as tests/integration/test_lxc.py boots it: the module runs on the node, the host
-# around the guest, and sees the guest's processes under /lxc.payload.GUEST.
+# trials by the node's lab-lxc-guest (tests/lab/node/lab-lxc-guest, as tests/integration/test_lxc.py
+# boots its guest): the module runs on the node, the host around the guest, and sees the guest's
+# processes under /lxc.payload.GUEST.
 GUEST = "gpuops-soak-lxc"
-GUEST_DIR = "/var/lib/gpuops-lab-disk/lxc/%s" % GUEST
-GUEST_CONFIG = """\
-lxc.uts.name = {guest}
-lxc.rootfs.path = dir:{dir}/rootfs
-lxc.init.cmd = /lib/systemd/systemd
-lxc.net.0.type = none
-lxc.mount.auto = proc:mixed sys:ro cgroup:rw
-lxc.apparmor.profile = unconfined
-lxc.autodev = 1
-lxc.tty.max = 0
-lxc.log.file = {dir}/lxc.log
-lxc.mount.entry = /opt/gpuops-lab opt/gpuops-lab none bind,ro,create=dir 0 0
-lxc.mount.entry = /etc/fakegpu etc/fakegpu none bind,ro,create=dir 0 0
-lxc.mount.entry = /var/lib/fakegpu var/lib/fakegpu none bind,create=dir 0 0
-lxc.mount.entry = /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 none \
-bind,ro,create=file 0 0
-""".format(guest=GUEST, dir=GUEST_DIR)
-START_GUEST = (
-    "set -e; d=%(dir)s; mkdir -p $d/upper $d/work $d/rootfs /var/lib/lxc/%(guest)s; "
-    "mountpoint -q $d/rootfs || mount -t overlay overlay "
-    "-o lowerdir=/opt/gpuops-lab-base,upperdir=$d/upper,workdir=$d/work $d/rootfs; "
-    "ln -sfn /dev/null $d/rootfs/etc/systemd/system/ssh.service; "
-    "{ cat <<'EOF'\n%(config)sEOF\n"
-    "for f in /dev/nvidia*; do echo \"lxc.mount.entry = $f ${f#/} none bind,create=file 0 0\"; done; "
-    "} > /var/lib/lxc/%(guest)s/config; "
-    "lxc-info -n %(guest)s -s | grep -q RUNNING || lxc-start -n %(guest)s; "
-    "lxc-wait -n %(guest)s -s RUNNING -t 30" % {"dir": GUEST_DIR, "guest": GUEST, "config": GUEST_CONFIG})
 
 
 def in_guest(cmd):
@@ -360,10 +334,7 @@ def in_guest(cmd):
 
 def build_lxc(name, part, gpus):
     """A unit of the LXC guest's own systemd (Restart= as drawn) holding the GPU."""
-    if "RUNNING" not in sh("lxc-info -n %s -s 2>/dev/null || true" % GUEST, check=False):
-        sh(START_GUEST, timeout=120)
-    wait_for(lambda: sh(in_guest("systemctl is-system-running") + " 2>/dev/null || true", check=False).strip()
-             in ("running", "degraded"), "systemd of LXC guest %s up" % GUEST, timeout=90)
+    sh("lab-lxc-guest up %s" % GUEST, timeout=150)
     unit = PREFIX + name + ".service"
     sh(in_guest("systemd-run --quiet --unit=%s -p Restart=%s -p RestartSec=100ms /opt/gpuops-lab/fakegpu/%s"
                 % (unit, part["restart"], hold_cmd(part, title="sglang-guest"))))
@@ -384,8 +355,7 @@ def end_guest_units():
 
 def teardown():
     """Stop the LXC guest and remove its tree (the end of a soak)."""
-    sh("lxc-stop -n %s -k >/dev/null 2>&1; umount %s/rootfs 2>/dev/null; rm -rf %s /var/lib/lxc/%s; true"
-       % (GUEST, GUEST_DIR, GUEST_DIR, GUEST), check=False, timeout=120)
+    sh("lab-lxc-guest down %s" % GUEST, check=False, timeout=150)
 
 
 USER, USER_UID = "soakuser", 1990

@@ -635,7 +635,18 @@ def respawner_lever(parent, match_patterns, holds_gpu):
 
 
 def respawn_message(parent):
-    """The failure sentence for a parent that keeps respawning holders and was not ended."""
+    """The failure sentence for a parent that keeps respawning holders and was not ended. The
+    init of a guest or container is never signalled (`kill` from here would end the whole
+    guest): its owner names the lever."""
+    said = owner_lever(parent) if is_container_init(parent) else None
+    if parent['pid'] == 1:
+        said = ('it is PID 1, the init of the guest or container this runs in (or of this host), never '
+                'signalled, and restarts what it runs for as long as it runs: stop that guest or '
+                'container from its host (`pct stop VMID` on a Proxmox host, `lxc-stop -n NAME`), or '
+                'change what its init runs')
+    if said:
+        return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s.'
+                % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], said))
     return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; end it first (`kill %d`), '
             'or run again with `match` covering it.'
             % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], parent['reason'],
@@ -679,6 +690,12 @@ _GUEST_STOP_UNIT = {
     'proxmox': 'pct exec {id} -- systemctl stop {unit}',
     'lxc': 'lxc-attach -n {id} -- systemctl stop {unit}',
     'systemd-nspawn': 'systemctl -M {id} stop {unit}',
+}
+# What stops a whole guest, from its host.
+_GUEST_STOP = {
+    'proxmox': 'pct stop {id}',
+    'lxc': 'lxc-stop -n {id}',
+    'systemd-nspawn': 'machinectl stop {id}',
 }
 
 
@@ -734,8 +751,10 @@ def owner_lever(holder):
         return None
     if is_container_init(holder):
         if owner['kind'] == gpu_owner.GUEST:
-            return ('it is the init of %s, which this module never signals: stop the guest itself '
-                    'only if the whole guest must go' % what)
+            template = _GUEST_STOP.get(owner['runtime'])
+            how = ' (`%s`)' % template.format(id=escape_text(owner['id'])) if template and owner['id'] else ''
+            return ('it is the init of %s, which this module never signals: stop the guest itself%s '
+                    'only if the whole guest must go, or change what its init runs' % (what, how))
         named = what if owner['kind'] == gpu_owner.CONTAINER else (
             'a container (cgroup %s)' % escape_text(owner['cgroup']) if owner['cgroup'] else 'a container')
         return ('it is the init of %s whose runtime this module cannot reach, and it is never '

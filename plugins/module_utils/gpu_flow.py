@@ -311,7 +311,18 @@ class Surveyor(object):
         proc = observe.describe_process(pid, self.proc)
         reason = decide.protection_reason(proc, self.own_ancestors, self.protect,
                                           vendor_infrastructure=self.backend.infrastructure)
+        if reason == decide.CONTAINER_INIT:
+            return peeked._replace(protected=respawn.NAMESPACE_INIT)
         return peeked._replace(protected=reason is not None)
+
+    def init_respawns(self):
+        """Whether PID 1 is no systemd manager, so may restart what the ladder ends as a loop does
+        (the init of the guest or container this runs in); False when it cannot be read."""
+        try:
+            program = self.peek(1).program
+        except observe.ProcError:
+            return False
+        return program is not None and not respawn.systemd_manager(program)
 
     def descendants(self, pid):
         return observe.descendants_of(pid, self.proc)
@@ -769,6 +780,9 @@ class Ladder(object):
         targets, left = decide.plan_targets(survey.holders, selected, self.match, spared)
         keepers = dict((h['pid'], h) for h in left)
         keepers.update((h['pid'], h) for h in targets if h['pid'] in self.unreachable)
+        # A guest's systemd seen restarting what was killed from here brings it back as often as
+        # it is killed, and this host cannot stop that unit: its GPU is not waited for.
+        keepers.update((h['pid'], h) for h in targets if _guest_unit(h) in self.respawning_guest_units)
         hopeful, blocked, unseen = [], {}, []
         for row in survey.rows:
             if row['free']:
@@ -784,7 +798,8 @@ class Ladder(object):
             hopeful += unseen
             unseen = []
         if not hopeful:
-            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), _held_because(h, self.unreachable))
+            restarting = self.respawning_guest_units
+            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), _held_because(h, self.unreachable, restarting))
                                                     for h in kept)) for index, kept in sorted(blocked.items())]
             why += ['GPU %d: memory held by no visible process and not falling' % index for index in unseen]
             self._record(act.Action('wait_release', 'GPU %s' % _indices(selected),
@@ -908,9 +923,11 @@ def _unique(holders):
     return out
 
 
-def _held_because(holder, unreachable):
+def _held_because(holder, unreachable, restarting_guest_units=frozenset()):
     if holder['pid'] in unreachable:
         return 'is alive after SIGKILL (state %s)' % holder['state']
+    if _guest_unit(holder) in restarting_guest_units:
+        return 'is back: %s' % decide.owner_lever(holder)
     return 'is left: %s' % holder.get('reason', 'not a target')
 
 

@@ -16,7 +16,15 @@ of a process below it that has died since, or holds a GPU context.
 
 Which ancestors are watched: every live one, walking up from each process the ladder ends, up to
 but excluding the first that is PID 1, part of this module's own tree, a systemd manager or a
-protected process; above such a one nothing is watched. Why those stop the walk: PID 1 and a
+protected process; above such a one nothing is watched. One protected process is watched all the
+same, and the walk ends with it: the init of a guest's or container's PID namespace that is no
+systemd manager (a loop as a guest's init restarts its server as often as it is killed from the
+host: measured in the lab, an LXC guest whose init was `while :; do server; sleep 0.3; done`
+read free after one SIGTERM, and the server held the GPU again seconds later). It is never
+signalled; the failure names its guest and the command that stops that. So is PID 1 when it is
+no systemd manager (the same loop seen from inside the guest, the module run there through `pct
+exec`: it read free, and the loop held the GPU again seconds later); with a systemd PID 1 (the
+seeds' guests) the orphans of PID 1 are not read, and PID 1 once per run at most. Why those stop the walk: PID 1 and a
 systemd manager restart what their units say, and units are stopped through systemd; this
 module's tree and infrastructure (sshd, slurmstepd, a container's init) start new processes of
 their own for reasons that are not a respawn (sshd forks and execs the user's shell at every
@@ -54,6 +62,9 @@ SYSTEMD_MANAGERS = ('/usr/lib/systemd/systemd', '/lib/systemd/systemd')
 
 # Why the walk stops at an ancestor (it and everything above it are not watched).
 INIT, OWN_TREE, SYSTEMD_MANAGER, PROTECTED = 'init', 'own-tree', 'systemd-manager', 'protected'
+# A Link's `protected` for the init of a guest's or container's PID namespace: watched, never
+# signalled, and nothing above it is watched.
+NAMESPACE_INIT = 'namespace-init'
 
 # The program a process runs: its executable's path, (device, inode), and whether it was forked
 # and has not exec'd since (PF_FORKNOEXEC: a fork of a shell before it execs `sleep` runs the
@@ -78,6 +89,11 @@ def same_program(one, other):
     return (one.dev, one.ino) == (other.dev, other.ino) or _path(one.path) == _path(other.path)
 
 
+def systemd_manager(program):
+    """Whether a program (a Program) is a systemd manager's."""
+    return _path(program.path) in SYSTEMD_MANAGERS
+
+
 def boundary(link, own_tree):
     """Why the walk up from an ended process stops at this ancestor, or None (see the module's
     doc for why each stops it)."""
@@ -87,7 +103,7 @@ def boundary(link, own_tree):
         return OWN_TREE
     if link.program is not None and _path(link.program.path) in SYSTEMD_MANAGERS:
         return SYSTEMD_MANAGER
-    if link.protected:
+    if link.protected and link.protected != NAMESPACE_INIT:
         return PROTECTED
     return None
 
@@ -121,6 +137,7 @@ class Watch(object):
         self.clock = clock
         self.proc_error = proc_error
         self.entries = {}
+        self.init_respawns = None
 
     # --- the watch --------------------------------------------------------------------------
 
@@ -130,8 +147,8 @@ class Watch(object):
         own_tree = self.reader.own_ancestors
         for target in targets:
             parent = target.get('ppid')
-            if not parent or parent <= 1 or parent in own_tree:
-                continue   # an orphan of PID 1 (the seeds) or the module's own child: nothing to read
+            if not parent or parent < 1 or parent in own_tree or (parent == 1 and not self._init_respawns()):
+                continue   # an orphan of a systemd PID 1 (the seeds) or the module's own child: nothing to read
             try:
                 first = self.reader.peek(target['pid'])
             except self.proc_error:
@@ -148,8 +165,27 @@ class Watch(object):
                     break
                 if pid not in ending:
                     self._watch(link, chain, target['pid'])
+                if link.protected == NAMESPACE_INIT:
+                    break
                 chain.append(link)
                 pid = link.ppid
+            else:
+                if pid == 1 and self._init_respawns():
+                    self._watch_init(chain, target['pid'])
+
+    def _init_respawns(self):
+        """Whether PID 1 is watched: the reader's init_respawns() says it is no systemd manager (a
+        loop as the init of the guest or container this runs in). Asked once per Watch."""
+        if self.init_respawns is None:
+            ask = getattr(self.reader, 'init_respawns', None)
+            self.init_respawns = bool(ask and ask())
+        return self.init_respawns
+
+    def _watch_init(self, chain, ended_pid):
+        try:
+            self._watch(self.reader.link(1), chain, ended_pid)
+        except self.proc_error:
+            pass
 
     def _watch(self, link, chain, ended_pid):
         entry = self.entries.get(link.pid)

@@ -404,6 +404,27 @@ def test_a_guest_init_stays_protected_and_is_named():
     assert 'init of Proxmox guest 101' in decide.next_lever(holder)
 
 
+def test_a_guest_init_that_respawns_holders_is_named_with_its_guest_and_the_command_not_kill():
+    s, holders = held_by('0::/lxc.payload.130\n', nspid=[50, 1], name='sh')
+    parent = dict(holders[0], reason='it is protected (%s)' % decide.CONTAINER_INIT, respawned='PID(s) 60 came back as PID 61')
+    assert parent['protected_reason'] == decide.CONTAINER_INIT
+    said = decide.respawn_message(parent)
+    assert 'init of Proxmox guest 130' in said and '`pct stop 130`' in said, said
+    assert '`kill' not in said and 'match' not in said, said
+    lxc, lxc_holders = held_by('0::/lxc.payload.gpuops-t-loop\n', nspid=[50, 1], name='sh')
+    said = decide.respawn_message(dict(lxc_holders[0], reason='protected', respawned='PID(s) 60'))
+    assert 'init of LXC guest gpuops-t-loop' in said and '`lxc-stop -n gpuops-t-loop`' in said, said
+
+
+def test_pid_1_that_respawns_holders_is_named_as_the_init_with_the_command_from_the_host_not_kill():
+    s, holders = held_by('0::/init.scope\n', name='sh')
+    parent = dict(holders[0], pid=1, protected=True, protected_reason='PID 1 is the init process',
+                  reason='it is protected (PID 1 is the init process)', respawned='PID(s) 60 came back as PID 61')
+    said = decide.respawn_message(parent)
+    assert said.startswith('PID 1 (') and 'init of the guest or container this runs in' in said, said
+    assert '`pct stop VMID`' in said and '`kill' not in said and 'match' not in said, said
+
+
 def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     s = snap([gpu(2, used=76107)], [proc(10, state='disk-sleep', fds=['/dev/nvidia2'], maps=['/dev/nvidia2'])])
     holders, _unused, _unused = classify(s)

@@ -94,6 +94,53 @@ def test_every_live_ancestor_below_the_first_boundary_is_watched_but_not_the_end
     assert sorted(w.entries[60].below) == [10, 40, 50]
 
 
+def test_a_guests_init_that_is_no_systemd_is_watched_and_nothing_above_it():
+    """A loop as a guest's init (seen from the host, its PID is no 1): watched, and the walk ends
+    there, so the guest's monitor above it is not."""
+    table = Table({30: [1, 30, program('lxc-start'), False],
+                   31: [30, 31, program('sh'), respawn.NAMESPACE_INIT],
+                   10: [31, 10, program('python3'), False]})
+    w = watch(table, 10)
+    assert w.watched() == [31]
+    del table.rows[10]
+    table.rows[11] = [31, 111, program('python3'), False]
+    assert w.poll() == {31: [11]}
+    assert respawn.boundary(respawn.Link(31, 30, 31, program('sh'), respawn.NAMESPACE_INIT), Table.own_ancestors) is None
+    systemd_init = respawn.Link(32, 30, 32, respawn.Program('/lib/systemd/systemd', 1, 2, False), respawn.NAMESPACE_INIT)
+    assert respawn.boundary(systemd_init, Table.own_ancestors) == respawn.SYSTEMD_MANAGER, \
+        'a guest whose init is systemd restarts its units: never watched (the seeds pay nothing)'
+
+
+class LoopInitTable(Table):
+    """A guest or container seen from inside, whose PID 1 is a loop (no systemd manager)."""
+
+    def __init__(self, rows, loop=True):
+        super(LoopInitTable, self).__init__(rows)
+        self.loop = loop
+        self.asked = 0
+
+    def init_respawns(self):
+        self.asked += 1
+        return self.loop
+
+
+def test_pid_1_that_is_no_systemd_is_watched_at_any_depth_and_asked_once():
+    table = LoopInitTable({1: [0, 1, program('sh'), True], 40: [1, 40, program('launcher'), False],
+                           10: [40, 10, program('python3'), False], 11: [1, 11, program('python3'), False]})
+    w = watch(table, 10, 11)
+    assert w.watched() == [1, 40] and table.asked == 1
+    assert sorted(w.entries[1].ended) == [10, 11]
+    del table.rows[11]
+    table.rows[12] = [1, 112, program('python3'), False]      # the loop starts the server again
+    assert w.poll() == {1: [12]}
+
+
+def test_an_orphan_of_a_systemd_pid_1_is_not_read():
+    table = LoopInitTable({10: [1, 10, program('python3'), False]}, loop=False)
+    w = watch(table, 10)
+    assert w.watched() == [] and table.reads == 0 and table.asked == 1
+
+
 def test_an_orphan_of_pid_1_or_a_child_of_the_module_is_not_even_read():
     table = Table({10: [1, 10, program('python3'), False], 11: [901, 11, program('python3'), False]})
     w = watch(table, 10, 11)
