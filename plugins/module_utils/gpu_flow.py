@@ -448,6 +448,15 @@ class Ladder(object):
 
     def run(self):
         self.started = self.clock()
+        # One driver session for the whole run: every wait reads the GPUs again (gpu_nvidia.
+        # NvmlBackend.hold_session says what an init per read cost).
+        self.surveyor.backend.hold_session()
+        try:
+            return self._run()
+        finally:
+            self.surveyor.backend.end_session(self.surveyor.nvml_timeout)
+
+    def _run(self):
         first = self.surveyor.survey(full=self.peers)
         if first.free:
             return self._result(first, first)
@@ -812,6 +821,8 @@ class Ladder(object):
 
     def _reset(self, survey):
         reset = False
+        # nvidia-smi --gpu-reset refuses while any process, this one too, has the device open.
+        self.surveyor.backend.end_session(self.surveyor.nvml_timeout)
         for row in survey.rows:
             if row['free']:
                 continue
