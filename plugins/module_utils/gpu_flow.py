@@ -170,7 +170,7 @@ class Surveyor(object):
         ids = set()
         for pid in self.own_ancestors:
             try:
-                owner = gpu_owner.owner_from_cgroup(observe.describe_process(pid, self.proc).cgroup)
+                owner = gpu_owner.owner_from_cgroup(observe.read_cgroup(pid, self.proc))
             except observe.ProcessGone:
                 continue
             if owner['kind'] == gpu_owner.CONTAINER and owner['id']:
@@ -183,7 +183,7 @@ class Surveyor(object):
         units = set(self.spare_units)
         for pid in self.own_ancestors:
             try:
-                unit = decide.unit_from_cgroup(observe.describe_process(pid, self.proc).cgroup)
+                unit = decide.unit_from_cgroup(observe.read_cgroup(pid, self.proc))
             except observe.ProcessGone:
                 continue
             if unit:
