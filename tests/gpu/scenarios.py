@@ -692,7 +692,7 @@ def _blind_kill_to_free(ctx, pids, timeout=30):
 # Blind and gpu_reclaim alternate (blind first, then gpu_reclaim first), each on fresh ranks: the
 # driver's teardown time varies from one set of ranks to the next (run8, 8 x 12 GiB: ranks gone
 # 0.31-0.72 s after SIGKILL), so one of each compares two draws of that spread.
-S12_REPS = 2
+S12_REPS = 3
 
 
 def _survey_profile(ctx, key, pids):
