@@ -763,7 +763,51 @@ def _survey_profile(ctx, key, pids):
     with open(os.path.join(ctx.suite.out, 's12-profile.txt'), 'a') as handle:
         handle.write('=== %s: %d live ranks, one survey(full=False) in the runner (own NVML session)\n%s\n%s\n'
                      % (key, len(pids), found, text.getvalue()))
+    found['check_mode_first_signal_ms'] = _check_mode_profile(ctx, key, len(pids), flow)
     ctx.num('survey_profile_%s' % key, found)
+
+
+def _check_mode_profile(ctx, key, count, flow):
+    """gpu_reclaim's own path to its first signal, profiled: the Ladder in check mode (it records
+    the signals it would send, sends none) in a forked child of this runner, where the ranks are
+    no children of the surveying process (as for the module, whose ancestor this runner is).
+    Returns the at_s of the first SIGTERM it would send, in ms; its cProfile goes to
+    s12-profile.txt."""
+    import cProfile   # pylint: disable=import-outside-toplevel
+    import io   # pylint: disable=import-outside-toplevel
+    import json   # pylint: disable=import-outside-toplevel
+    import pstats   # pylint: disable=import-outside-toplevel
+    path = os.path.join(ctx.suite.work, 's12-check-%s.json' % key)
+    child = os.fork()
+    if child == 0:
+        status = 1
+        try:
+            ladder = flow.Ladder(flow.Surveyor(gpus=['0']), term_timeout=10, match=[ctx.suite.run_id],
+                                 check_mode=True)
+            profile = cProfile.Profile()
+            profile.enable()
+            result = ladder.run()
+            profile.disable()
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats('cumulative').print_stats(50)
+            terms = [a['at_s'] for a in result['actions'] if a['step'] == 'sigterm']
+            with open(path, 'w') as handle:
+                json.dump({'first_ms': round(min(terms) * 1000, 1) if terms else None,
+                           'would_signal': len(terms), 'profile': text.getvalue()}, handle)
+            status = 0
+        finally:
+            os._exit(status)   # pylint: disable=protected-access
+    os.waitpid(child, 0)
+    try:
+        with open(path) as handle:
+            got = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    with open(os.path.join(ctx.suite.out, 's12-profile.txt'), 'a') as handle:
+        handle.write('=== %s: gpu_reclaim\'s Ladder in check mode on the %d live ranks (a child of the runner): '
+                     'first SIGTERM it would send at %s ms, %d would be sent\n%s\n'
+                     % (key, count, got['first_ms'], got['would_signal'], got['profile']))
+    return got['first_ms']
 
 
 def _blind_once(ctx, count, mib, key, rep):
