@@ -212,4 +212,3 @@ def test_read_cgroup_is_what_a_description_holds():
     gone.wait()
     with pytest.raises(observe.ProcessGone):
         observe.read_cgroup(gone.pid)
-
