@@ -170,7 +170,7 @@ class Surveyor(object):
         ids = set()
         for pid in self.own_ancestors:
             try:
-                owner = gpu_owner.owner_from_cgroup(observe.describe_process(pid, self.proc).cgroup)
+                owner = gpu_owner.owner_from_cgroup(observe.read_cgroup(pid, self.proc))
             except observe.ProcessGone:
                 continue
             if owner['kind'] == gpu_owner.CONTAINER and owner['id']:
@@ -183,7 +183,7 @@ class Surveyor(object):
         units = set(self.spare_units)
         for pid in self.own_ancestors:
             try:
-                unit = decide.unit_from_cgroup(observe.describe_process(pid, self.proc).cgroup)
+                unit = decide.unit_from_cgroup(observe.read_cgroup(pid, self.proc))
             except observe.ProcessGone:
                 continue
             if unit:
@@ -459,6 +459,15 @@ class Ladder(object):
 
     def run(self):
         self.started = self.clock()
+        # One driver session for the whole run: every wait reads the GPUs again (gpu_nvidia.
+        # NvmlBackend.hold_session says what an init per read cost).
+        self.surveyor.backend.hold_session()
+        try:
+            return self._run()
+        finally:
+            self.surveyor.backend.end_session(self.surveyor.nvml_timeout)
+
+    def _run(self):
         first = self.surveyor.survey(full=self.peers)
         if first.free:
             return self._result(first, first)
@@ -827,6 +836,8 @@ class Ladder(object):
 
     def _reset(self, survey):
         reset = False
+        # nvidia-smi --gpu-reset refuses while any process, this one too, has the device open.
+        self.surveyor.backend.end_session(self.surveyor.nvml_timeout)
         for row in survey.rows:
             if row['free']:
                 continue

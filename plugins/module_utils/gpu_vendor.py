@@ -40,6 +40,14 @@ class GpuBackend(object):
         each call bounded by `timeout`; raises gpu_observe.ObserveError or NvmlTimeout."""
         raise NotImplementedError
 
+    def hold_session(self):
+        """Keep the driver's library ready between reads until end_session (the ladder reads the
+        GPUs many times in one run); a backend without a session ignores it."""
+
+    def end_session(self, timeout):
+        """Let go of what hold_session kept (before a reset, and when the run ends), bounded by
+        `timeout`; never raises."""
+
     def node_paths(self):
         """The path prefixes under which the scan looks for open or mapped device nodes."""
         return tuple('%s/%s' % (self.dev_dir, prefix) for prefix in self.node_prefixes)

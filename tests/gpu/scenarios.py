@@ -689,49 +689,205 @@ def _blind_kill_to_free(ctx, pids, timeout=30):
         return round(time.perf_counter() - t0, 3) if ok else None
 
 
+# Blind and gpu_reclaim alternate (blind first, then gpu_reclaim first), each on fresh ranks: the
+# driver's teardown time varies from one set of ranks to the next (run8, 8 x 12 GiB: ranks gone
+# 0.31-0.72 s after SIGKILL), so one of each compares two draws of that spread.
+S12_REPS = 3
+
+
+def _survey_profile(ctx, key, pids):
+    """Where gpu_reclaim's first survey spends its time on these live ranks, measured in this
+    runner with the collection's own code (never signalling; recorded, never asserted): a GPU read
+    with its own NVML session and in a held one, each rank's /proc reads, and a cProfile of one
+    survey, written to s12-profile.txt beside the report. The ranks are this runner's children, so
+    the survey leaves them out of its holders (its classification is cheaper here than in the
+    module); the reads are the same."""
+    import cProfile   # pylint: disable=import-outside-toplevel
+    import io   # pylint: disable=import-outside-toplevel
+    import pstats   # pylint: disable=import-outside-toplevel
+    import sys   # pylint: disable=import-outside-toplevel
+    coll = os.path.join(ctx.suite.work, 'collections')
+    if coll not in sys.path:
+        sys.path.insert(0, coll)
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow  # noqa
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe  # noqa
+
+    def best_ms(fn, times=3):
+        spent = []
+        for _unused in range(times):
+            began = time.perf_counter()
+            fn()
+            spent.append(time.perf_counter() - began)
+        return round(min(spent) * 1000, 2)
+
+    surveyor = flow.Surveyor(gpus=['0'])
+    backend = surveyor.backend
+    found = {'read_gpus_own_session_ms': best_ms(lambda: backend.read_gpus(10))}
+    backend.hold_session()
+    backend.read_gpus(10)
+    found['read_gpus_held_session_ms'] = best_ms(lambda: backend.read_gpus(10))
+    backend.end_session(10)
+    nodes = backend.node_paths()
+    parts = {'fds_ms': 0.0, 'maps_ms': 0.0, 'details_ms': 0.0, 'fds': 0, 'maps_kib': 0}
+    for pid in pids:
+        base = '/proc/%d' % pid
+        began = time.perf_counter()
+        observe._device_fds(base, pid, nodes)   # pylint: disable=protected-access
+        parts['fds_ms'] += time.perf_counter() - began
+        began = time.perf_counter()
+        with open(base + '/maps', 'rb') as handle:
+            parts['maps_kib'] += len(handle.read()) // 1024
+        parts['maps_ms'] += time.perf_counter() - began
+        began = time.perf_counter()
+        observe.describe_process(pid)
+        parts['details_ms'] += time.perf_counter() - began
+        parts['fds'] += len(os.listdir(base + '/fd'))
+    found.update((k, round(v * 1000, 2) if k.endswith('_ms') else v) for k, v in parts.items())
+    from concurrent.futures import ThreadPoolExecutor   # pylint: disable=import-outside-toplevel
+
+    def maps_in_threads():
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda pid: observe._read_entry('/proc/%d' % pid, pid, 'maps'), pids))  # noqa
+    found['maps_8_threads_ms'] = best_ms(maps_in_threads, 1)
+    found['survey_own_session_ms'] = best_ms(lambda: surveyor.survey(full=False))
+    backend.hold_session()
+    surveyor.survey(full=False)
+    found['survey_held_session_ms'] = best_ms(lambda: surveyor.survey(full=False))
+    backend.end_session(10)
+    profile = cProfile.Profile()
+    profile.enable()
+    surveyor.survey(full=False)
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats('cumulative').print_stats(40)
+    with open(os.path.join(ctx.suite.out, 's12-profile.txt'), 'a') as handle:
+        handle.write('=== %s: %d live ranks, one survey(full=False) in the runner (own NVML session)\n%s\n%s\n'
+                     % (key, len(pids), found, text.getvalue()))
+    found['check_mode_first_signal_ms'] = _check_mode_profile(ctx, key, len(pids), flow)
+    ctx.num('survey_profile_%s' % key, found)
+
+
+def _check_mode_profile(ctx, key, count, flow):
+    """gpu_reclaim's own path to its first signal, profiled: the Ladder in check mode (it records
+    the signals it would send, sends none) in a forked child of this runner, where the ranks are
+    no children of the surveying process (as for the module, whose ancestor this runner is).
+    Returns the at_s of the first SIGTERM it would send, in ms; its cProfile goes to
+    s12-profile.txt."""
+    import cProfile   # pylint: disable=import-outside-toplevel
+    import io   # pylint: disable=import-outside-toplevel
+    import json   # pylint: disable=import-outside-toplevel
+    import pstats   # pylint: disable=import-outside-toplevel
+    path = os.path.join(ctx.suite.work, 's12-check-%s.json' % key)
+    child = os.fork()
+    if child == 0:
+        status = 1
+        try:
+            ladder = flow.Ladder(flow.Surveyor(gpus=['0']), term_timeout=10, match=[ctx.suite.run_id],
+                                 check_mode=True)
+            profile = cProfile.Profile()
+            profile.enable()
+            result = ladder.run()
+            profile.disable()
+            text = io.StringIO()
+            pstats.Stats(profile, stream=text).sort_stats('cumulative').print_stats(50)
+            terms = [a['at_s'] for a in result['actions'] if a['step'] == 'sigterm']
+            with open(path, 'w') as handle:
+                json.dump({'first_ms': round(min(terms) * 1000, 1) if terms else None,
+                           'would_signal': len(terms), 'profile': text.getvalue()}, handle)
+            status = 0
+        finally:
+            os._exit(status)   # pylint: disable=protected-access
+    os.waitpid(child, 0)
+    try:
+        with open(path) as handle:
+            got = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    with open(os.path.join(ctx.suite.out, 's12-profile.txt'), 'a') as handle:
+        handle.write('=== %s: gpu_reclaim\'s Ladder in check mode on the %d live ranks (a child of the runner): '
+                     'first SIGTERM it would send at %s ms, %d would be sent\n%s\n'
+                     % (key, count, got['first_ms'], got['would_signal'], got['profile']))
+    return got['first_ms']
+
+
+def _blind_once(ctx, count, mib, key, rep):
+    pids = _start_ranks(ctx, count, mib, 's12b%d-%d' % (count, rep))
+    blind = _blind_kill_to_free(ctx, pids)
+    ctx.check('%s: a blind SIGKILL of all frees GPU 0 (rep %d)' % (key, rep), blind is not None)
+    gone, _unused = wait_for(lambda: not [p for p in pids if alive(p)], 10)
+    ctx.check('%s: every blind-killed rank is gone (rep %d)' % (key, rep), gone)
+    return blind
+
+
+def _reclaim_once(ctx, count, mib, key, rep):
+    """gpu_reclaim on fresh ranks: (elapsed_s, first signal at_s, last holder gone at_s)."""
+    pids = _start_ranks(ctx, count, mib, 's12r%d-%d' % (count, rep))
+    if rep == 0:
+        _survey_profile(ctx, key, pids)
+    call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0], term_timeout=10))
+    acts = res.get('actions') or []
+    signals = [a for a in acts if a.get('step') in ('sigterm', 'sigkill')]
+    release = [a for a in acts if a.get('step') == 'wait_release']
+    first = min(a['at_s'] for a in signals) if signals else None
+    # The holders are gone when the last one exited (a SIGKILLed context's process exits once
+    # the driver has torn its context down); a wait_release step, if any, ends later.
+    gone_at = [a['at_s'] + a['took_s'] for a in signals if a.get('took_s') is not None]
+    gone_at += [a['at_s'] + (a.get('waited_s') or 0.0) for a in release]
+    freed_at = round(max(gone_at), 3) if gone_at else None
+    ctx.num('reclaim_steps_%s_rep%d' % (key, rep), sorted(set(a.get('step') for a in acts)))
+    ctx.check('%s: gpu_reclaim reports free (rep %d)' % (key, rep), res.get('free') is True and not res.get('failed'),
+              res.get('msg'))
+    killed = set(a.get('pid') for a in signals if a.get('step') == 'sigkill' and a.get('changed'))
+    ctx.check('%s: every rank got SIGKILL (SigIgn holds SIGTERM: no grace waited) (rep %d)' % (key, rep),
+              killed == set(pids), sorted(set(pids) - killed))
+    ctx.check('%s: no wait of term_timeout: the SIGKILLs came with the SIGTERMs (rep %d)' % (key, rep),
+              not [a for a in acts if a.get('step') == 'wait' and (a.get('waited_s') or 0) >= 10], acts)
+    _verify_free_after(ctx, [0], pids, time.monotonic())
+    return res.get('elapsed_s'), first, freed_at
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return round(sum(values) / len(values), 3) if values else None
+
+
 def s12_many_ranks(ctx):
     """Many ranks on one GPU, all ignoring SIGTERM: the driver tears their contexts down one after
-    another, so the floor is a blind SIGKILL of all of them at once, measured here in the same run.
-    gpu_reclaim's times come from its action log, from the ladder's start (module import and
+    another, so the floor is a blind SIGKILL of all of them at once, measured here in the same run,
+    S12_REPS times each, alternating with gpu_reclaim on the same shape. The floor: from the kill
+    until NVML reads GPU 0 back at its baseline, in an NVML session opened before it, polled every
+    2 ms. gpu_reclaim's times come from its action log, from the ladder's start (module import and
     Ansible's start-up left out, as bench/run reclaim counts the Ladder's own time): its first
-    signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free).
-    Ratios to the floor are recorded, never asserted."""
+    signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free: its own
+    NVML read, in the session it holds for the run). Ratios to the floor are recorded, never
+    asserted."""
     for count, mib in RANK_SHAPES:
         key = '%dx%d' % (count, mib)
-        pids = _start_ranks(ctx, count, mib, 's12b%d' % count)
-        blind = _blind_kill_to_free(ctx, pids)
+        blinds, runs = [], []
+        for rep in range(S12_REPS):
+            order = (True, False) if rep % 2 == 0 else (False, True)
+            for blind_first in order:
+                if blind_first:
+                    blinds.append(_blind_once(ctx, count, mib, key, rep))
+                else:
+                    runs.append(_reclaim_once(ctx, count, mib, key, rep))
+        elapsed = [r[0] for r in runs]
+        firsts = [r[1] for r in runs]
+        gones = [r[2] for r in runs]
+        ctx.num('blind_sigkill_to_free_s_%s_reps' % key, blinds)
+        ctx.num('reclaim_elapsed_s_%s_reps' % key, elapsed)
+        ctx.num('reclaim_first_signal_at_s_%s_reps' % key, firsts)
+        ctx.num('reclaim_holders_gone_at_s_%s_reps' % key, gones)
+        blind, took = _mean(blinds), _mean(elapsed)
         ctx.num('blind_sigkill_to_free_s_%s' % key, blind)
-        ctx.check('%s: a blind SIGKILL of all frees GPU 0' % key, blind is not None)
-        gone, _unused = wait_for(lambda: not [p for p in pids if alive(p)], 10)
-        ctx.check('%s: every blind-killed rank is gone' % key, gone)
-
-        pids = _start_ranks(ctx, count, mib, 's12r%d' % count)
-        call, res = ctx.ansible('gpu_reclaim', _reclaim_args(ctx, [0], term_timeout=10))
-        acts = res.get('actions') or []
-        signals = [a for a in acts if a.get('step') in ('sigterm', 'sigkill')]
-        release = [a for a in acts if a.get('step') == 'wait_release']
-        first = min(a['at_s'] for a in signals) if signals else None
-        # The holders are gone when the last one exited (a SIGKILLed context's process exits once
-        # the driver has torn its context down); a wait_release step, if any, ends later.
-        gone_at = [a['at_s'] + a['took_s'] for a in signals if a.get('took_s') is not None]
-        gone_at += [a['at_s'] + (a.get('waited_s') or 0.0) for a in release]
-        freed_at = max(gone_at) if gone_at else None
-        ctx.num('reclaim_first_signal_at_s_%s' % key, first)
-        ctx.num('reclaim_holders_gone_at_s_%s' % key, freed_at and round(freed_at, 3))
-        ctx.num('reclaim_elapsed_s_%s' % key, res.get('elapsed_s'))
-        ctx.num('reclaim_steps_%s' % key, sorted(set(a.get('step') for a in acts)))
-        if blind and res.get('elapsed_s'):
-            ctx.num('reclaim_elapsed_vs_blind_floor_%s' % key, round(res['elapsed_s'] / blind, 3))
-        if blind and freed_at and first is not None:
-            ctx.num('reclaim_kill_to_gone_vs_blind_floor_%s' % key, round((freed_at - first) / blind, 3))
-        ctx.check('%s: gpu_reclaim reports free' % key, res.get('free') is True and not res.get('failed'),
-                  res.get('msg'))
-        killed = set(a.get('pid') for a in signals if a.get('step') == 'sigkill' and a.get('changed'))
-        ctx.check('%s: every rank got SIGKILL (SigIgn holds SIGTERM: no grace waited)' % key,
-                  killed == set(pids), sorted(set(pids) - killed))
-        ctx.check('%s: no wait of term_timeout: the SIGKILLs came with the SIGTERMs' % key,
-                  not [a for a in acts if a.get('step') == 'wait' and (a.get('waited_s') or 0) >= 10], acts)
-        _verify_free_after(ctx, [0], pids, time.monotonic())
+        ctx.num('reclaim_first_signal_at_s_%s' % key, _mean(firsts))
+        ctx.num('reclaim_holders_gone_at_s_%s' % key, _mean(gones))
+        ctx.num('reclaim_elapsed_s_%s' % key, took)
+        if blind and took:
+            ctx.num('reclaim_elapsed_vs_blind_floor_%s' % key, round(took / blind, 3))
+        kill_to_gone = [g - f for f, g in zip(firsts, gones) if f is not None and g is not None]
+        if blind and kill_to_gone:
+            ctx.num('reclaim_kill_to_gone_vs_blind_floor_%s' % key, round(_mean(kill_to_gone) / blind, 3))
 
 
 # --- 13, 14 ----------------------------------------------------------------------------------------------
@@ -887,7 +1043,7 @@ SCENARIOS = [
     ('s11', 'default targeting: gpu_reclaim with no match and no gpus frees the run\'s holders, signals nothing else',
      s11_default_targets, 90, True, 1),
     ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
-     'SIGKILL of all, the driver\'s floor', s12_many_ranks, 180, True, 1),
+     'SIGKILL of all, the driver\'s floor', s12_many_ranks, 240, True, 1),
     ('s13', 'a bash loop restarts a torch worker that re-titles itself and takes CUDA seconds later; gpu_reclaim '
      'ends the loop, never free while it lives', s13_respawn_parent, 150, True, 1),
     ('s14', 'the same loop one level up: it restarts a launcher whose child is the worker', s14_respawn_grandparent,

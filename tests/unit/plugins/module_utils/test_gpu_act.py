@@ -107,3 +107,42 @@ def test_wait_for_returns_as_soon_as_the_condition_holds():
 def test_wait_for_gives_up_at_the_timeout():
     value, waited = act.wait_for(lambda: False, timeout=0.2)
     assert value is False and waited >= 0.2
+
+
+def _holder(proc, start=None):
+    return {'pid': proc.pid, 'start_time': read_identity(proc.pid)[0] if start is None else start}
+
+
+def _no_polling(*_args, **_kwargs):
+    raise AssertionError('wait_gone polled /proc where the kernel offers pidfds')
+
+
+@pytest.mark.skipif(not hasattr(os, 'pidfd_open'), reason='this Python (before 3.9) has no os.pidfd_open')
+def test_wait_gone_is_told_of_each_exit_by_its_pidfd(sleeper, monkeypatch):
+    """A process that exits (here: a child left a zombie, unreaped) is reported gone, one that
+    lives is not, and a holder whose start time no longer matches counts as gone at once; no
+    /proc polling on the way."""
+    monkeypatch.setattr(act, 'wait_for', _no_polling)
+    short = subprocess.Popen(['sleep', '0.3'])
+    try:
+        holders = [_holder(sleeper), _holder(short), _holder(sleeper, start=1)]
+        gone_at = act.HostActor().wait_gone(holders[:2], timeout=3)
+        assert sorted(gone_at) == [short.pid]
+        assert sleeper.poll() is None
+        assert list(act.HostActor().wait_gone(holders[2:], timeout=30)) == [sleeper.pid]
+    finally:
+        short.wait()
+
+
+def test_wait_gone_polls_proc_without_pidfds(sleeper, monkeypatch):
+    """Where the kernel or Python has no pidfds, the same answers come from polling /proc."""
+    def no_pidfds(pid):
+        raise OSError(38, 'Function not implemented')
+    monkeypatch.setattr(act.os, 'pidfd_open', no_pidfds, raising=False)
+    short = subprocess.Popen(['sleep', '0.3'])
+    try:
+        gone_at = act.HostActor().wait_gone([_holder(sleeper), _holder(short)], timeout=3)
+        assert sorted(gone_at) == [short.pid]
+        assert sleeper.poll() is None
+    finally:
+        short.wait()

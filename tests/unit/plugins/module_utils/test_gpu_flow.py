@@ -16,6 +16,7 @@ import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
@@ -745,3 +746,18 @@ def test_what_was_frozen_is_let_go_when_the_driver_stops_answering_after_it():
     result = ladder(host, actor).run()
     assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
     assert result['free'] is False and 'NVML hung' in result['msg']
+
+
+def test_the_protected_units_and_containers_come_from_the_ancestors_cgroups():
+    """The units and containers holding this process's ancestors, as a full description of
+    each ancestor named them."""
+    class Backend(object):
+        infrastructure_units = None
+
+    surveyor = flow.Surveyor(backend=Backend(), spare_units=['spared'])
+    cgroups = [flow.observe.describe_process(pid).cgroup for pid in surveyor.own_ancestors]
+    assert surveyor.protected_units() == set(['spared.service']) | set(
+        u for u in (flow.decide.unit_from_cgroup(c) for c in cgroups) if u)
+    owners = [flow.gpu_owner.owner_from_cgroup(c) for c in cgroups]
+    assert surveyor.protected_containers() == set(
+        o['id'] for o in owners if o['kind'] == flow.gpu_owner.CONTAINER and o['id'])

@@ -203,3 +203,12 @@ def test_status_uids_and_exe_owner_of_a_real_process():
     assert proc.uids == (os.getuid(), os.geteuid(), os.getresuid()[2], os.getuid())
     assert proc.uid == os.getuid()
     assert proc.exe_uid == os.stat(os.path.realpath("/proc/self/exe")).st_uid
+
+
+def test_read_cgroup_is_what_a_description_holds():
+    own = os.getpid()
+    assert observe.read_cgroup(own) == observe.describe_process(own).cgroup
+    gone = subprocess.Popen(['true'])
+    gone.wait()
+    with pytest.raises(observe.ProcessGone):
+        observe.read_cgroup(gone.pid)
