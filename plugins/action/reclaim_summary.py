@@ -95,7 +95,7 @@ def adoption_record(adopted):
                 'pid': proc.get('pid'), 'name': proc.get('name'), 'unit': scope, 'result': result(proc.get('pid'))}
                for proc in out['procs']]
     return {'scope': scope, 'stopped': bool(out.get('stopped')), 'seconds': out.get('seconds'),
-            'skipped': list(out.get('skipped') or []), 'left': left, 'actions': actions}
+            'skipped': list(out.get('not_adopted') or out.get('skipped') or []), 'left': left, 'actions': actions}
 
 
 def _seconds(delta):

@@ -140,7 +140,7 @@ class Adoption(object):
         self.proc = proc
         self.started = clock()
         self.own_tree = frozenset(gpu_observe.ancestors(os.getpid(), proc))
-        self.out = {'scope': None, 'procs': [], 'skipped': [], 'skipped_codes': [], 'killed_at_once': [],
+        self.out = {'scope': None, 'procs': [], 'not_adopted': [], 'not_adopted_codes': [], 'killed_at_once': [],
                     'stopped': False, 'left': [], 'actions': [], 'seconds': None, 'error': None}
         self.planned = {}     # pid -> start time
 
@@ -156,8 +156,8 @@ class Adoption(object):
         return _Seen(info, info_owner)
 
     def _skip(self, pid, code, owner=None):
-        self.out['skipped'].append(sentence(code, pid, owner))
-        self.out['skipped_codes'].append({'pid': pid, 'reason_code': code})
+        self.out['not_adopted'].append(sentence(code, pid, owner))
+        self.out['not_adopted_codes'].append({'pid': pid, 'reason_code': code})
 
     def plan(self):
         """Decide what the scope takes: the roots still the processes recorded, and their

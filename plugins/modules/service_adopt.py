@@ -31,7 +31,7 @@ description:
     scope running and unstopped, and the module fails naming it.
   - Only what no owner stops is adopted - a login session, a transient scope, or no unit. A
     process of a system service, a docker or podman container, a Kubernetes pod, a guest, or a
-    cgroup a user named is left to that owner and named in RV(skipped); so are PID 1, kernel
+    cgroup a user named is left to that owner and named in RV(not_adopted); so are PID 1, kernel
     threads and this module's own process tree.
   - Written for the C(gpuops.reclaim.inference_service) role, which adopts a hand-started engine
     that holds the server's port or GPUs before it starts its unit; usable on its own.
@@ -125,13 +125,13 @@ procs:
     unit:
       description: Its session or scope unit before the move, or null.
       type: str
-skipped:
+not_adopted:
   description: A sentence for each process left alone, and why.
   returned: always
   type: list
   elements: str
   sample: ["PID 977 belongs to service jupyter.service, which stops it: left to that owner, not adopted"]
-skipped_codes:
+not_adopted_codes:
   description: "The same as codes, C({pid, reason_code}): V(never), V(gone), V(reused), V(kthread), V(owned)."
   returned: always
   type: list

@@ -113,9 +113,9 @@ def test_the_plan_takes_each_root_still_its_process_and_every_descendant(procs):
     assert dict((p['pid'], p['root']) for p in out['procs']) == dict(
         [(launcher.pid, True), (orphan.pid, True)] + [(k, False) for k in kids])
     assert all(p['start_time'] == start_of(p['pid']) for p in out['procs'])
-    assert dict((s['pid'], s['reason_code']) for s in out['skipped_codes']) == {
+    assert dict((s['pid'], s['reason_code']) for s in out['not_adopted_codes']) == {
         moved_on.pid: gpu_adopt.REUSED, 1: gpu_adopt.NEVER, os.getpid(): gpu_adopt.NEVER}
-    assert 'PID %d is now another process (start time changed): left alone' % moved_on.pid in out['skipped']
+    assert 'PID %d is now another process (start time changed): left alone' % moved_on.pid in out['not_adopted']
     assert all(p.poll() is None for p in (launcher, orphan, moved_on))    # check mode: nothing touched
 
 
