@@ -10,15 +10,28 @@ import socket
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
+
+from ansible.module_utils import basic
 
 from ansible_collections.gpuops.reclaim.plugins.modules import port_owner
 
 
 def run(capsys, **args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            port_owner.main()
+    try:
+        from ansible.module_utils.testing import patch_module_args   # ansible-core 2.19+
+    except ImportError:       # before 2.19 AnsibleModule reads basic._ANSIBLE_ARGS
+        patch_module_args = None
+    if patch_module_args is not None:
+        with patch_module_args(args):
+            with pytest.raises(SystemExit):
+                port_owner.main()
+    else:
+        basic._ANSIBLE_ARGS = json.dumps({'ANSIBLE_MODULE_ARGS': args}).encode()
+        try:
+            with pytest.raises(SystemExit):
+                port_owner.main()
+        finally:
+            basic._ANSIBLE_ARGS = None
     return json.loads(capsys.readouterr().out)
 
 
