@@ -80,8 +80,8 @@ def refusal(pid, start_time, seen, own_tree):
     (None when gone) with `owner` its gpu_owner record; `start_time` the one recorded."""
     if pid <= 1 or pid in own_tree:
         return NEVER
-    if seen is None:
-        return GONE
+    if seen is None or seen.state == 'zombie':
+        return GONE      # a zombie holds nothing and is its parent's to reap
     if start_time is not None and seen.start_time != start_time:
         return REUSED
     if seen.kthread:
@@ -287,7 +287,7 @@ class Adoption(object):
 class _Seen(object):
     """A process as adoption sees it: its ProcState and its owner."""
 
-    __slots__ = ('info', 'owner', 'pid', 'start_time', 'kthread')
+    __slots__ = ('info', 'owner', 'pid', 'start_time', 'kthread', 'state')
 
     def __init__(self, info, owner):
         self.info = info
@@ -295,10 +295,10 @@ class _Seen(object):
         self.pid = info.pid
         self.start_time = info.start_time
         self.kthread = info.kthread
+        self.state = info.state
 
 
 def _active(scope):
     """The scope's (Restart, ActiveState, ControlGroup, MainPID) once systemd reports it active."""
     facts = gpu_observe.unit_restart_policy(scope)
     return facts if facts[1] == 'active' and facts[2] else None
-

@@ -23,10 +23,12 @@ description:
     anyone's, so a process counts only by facts root controls, never by its title or command line
     - its cgroup, where systemd keeps it, is the unit's C(ControlGroup) as C(systemctl show)
     reports it, or below it;
-  - or, with O(container), its cgroup is that of a docker or podman container which the
-    runtime confirms (its inspect gives an init PID in that very container) and names O(container).
+  - or, with O(container), it is in the cgroup of that docker or podman container, the unit's
+    own (the ID its C(docker run --cidfile) wrote), as the runtime confirms it - its inspect
+    gives the container's init PID, and the kernel puts that PID in that very container's
+    cgroup. A container's name is never the proof.
   - A cgroup name counts only where root named it. Inside a user's delegated subtree
-    (C(user@UID.service)) the user names every directory, C(sglang.service) included: such a
+    (C(user@UID.service)) the user names every directory, C(sglang.service) included, so such a
     process's RV(owners[].unit) is that C(user@UID.service), never a name below it.
   - Written for the C(gpuops.reclaim.inference_service) role (its preflight and its health
     check); usable on its own. Read-only.
@@ -56,9 +58,18 @@ options:
     type: str
   container:
     description:
-      - The name of the docker or podman container that O(unit) runs its server in
-        (C(docker run --name)); a listener in that container, confirmed by the runtime, is the unit's.
-    type: str
+      - The docker or podman container that O(unit) runs its server in; a listener in it, as
+        its runtime confirms, is the unit's (RV(owners[].in_container)).
+    type: dict
+    suboptions:
+      runtime:
+        description: C(docker) or C(podman), or the path of one of them (C(/usr/bin/docker)).
+        type: str
+        required: true
+      id:
+        description: The container's full ID (64 hex digits), as C(docker run --cidfile) writes it.
+        type: str
+        required: true
 requirements:
   - Linux C(/proc); root (C(become)) to see every process's descriptors.
 notes:
@@ -86,11 +97,13 @@ EXAMPLES = r"""
   register: listen
   failed_when: listen.owners | rejectattr('in_unit') | list | length > 0
 
-- name: The same for a unit that runs its server in the docker container named sglang
+- name: The same for a unit whose docker run wrote its container's ID to /run/sglang.cid
   gpuops.reclaim.port_owner:
     port: 30000
     unit: sglang.service
-    container: sglang
+    container:
+      runtime: docker
+      id: "{{ lookup('ansible.builtin.file', '/run/sglang.cid') }}"
   become: true
 """
 
@@ -118,6 +131,14 @@ unit_cgroup:
   returned: always
   type: str
   sample: /system.slice/sglang.service
+container:
+  description:
+    - With O(container), the container as its runtime confirmed it - C(id), C(pid) (its init as the
+      host sees it) and C(cgroup) (where its processes are) - or C(id), C(error) naming what did not
+      confirm it (then no listener is in it). Null without O(container).
+  returned: always
+  type: dict
+  sample: {id: 3f2a..., pid: 4242, cgroup: /system.slice/docker-3f2a....scope}
 unreadable:
   description: Descriptor tables this run could not read (C(PID N fd reason)); run as root to read them all.
   returned: always
@@ -157,19 +178,22 @@ owners:
       description: Its cgroup path where systemd keeps it (the v2 line on a unified host, else C(name=systemd)).
       type: str
     in_unit:
-      description: It is O(unit)'s own server (RV(owners[].reason_code) C(in_unit) or C(unit_container)).
+      description: It is in O(unit)'s control group or below it (RV(owners[].reason_code) V(in_unit)).
+      type: bool
+    in_container:
+      description: It is in O(container), as its runtime confirmed it (RV(owners[].reason_code) V(unit_container)).
       type: bool
     reason_code:
       description:
         - V(in_unit) (in the unit's control group or below it), V(unit_container) (in O(container),
-          as its runtime confirms), V(outside), or V(no_unit) (no O(unit), or it has no control group).
+          as its runtime confirms), V(outside), or V(no_unit) (neither O(unit) nor O(container) gave a cgroup).
       type: str
       choices: [in_unit, unit_container, outside, no_unit]
     owner:
       description:
-        - Its owner from its cgroup (as in M(gpuops.reclaim.gpu_holders)), C(kind) one of pod,
-          container, guest, user, service, session, scope, none; C(confirmed) whether the
-          container's runtime confirmed it (containers only).
+        - Its owner from its cgroup (as in M(gpuops.reclaim.gpu_holders)) - C(kind) (pod,
+          container, guest, user, service, session, scope, none), C(runtime), C(id), C(unit),
+          C(controlled_by) (who named the cgroup - root, user, unknown), C(uid).
       type: dict
     label:
       description: One line naming it for a message, its command line and cgroup escaped.
@@ -177,16 +201,23 @@ owners:
       sample: "PID 4242 (uid 1000, python3 /home/alice/squat.py 10.0.0.5 30000, cgroup /user.slice/user-1000.slice/session-7.scope)"
 """
 
+import os
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_listen, gpu_owner
+
+FULL_ID = re.compile(r'^[0-9a-f]{64}$')
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(port=dict(type='int', required=True),
                                               host=dict(type='str', default='0.0.0.0'),
                                               unit=dict(type='str'),
-                                              container=dict(type='str')),
+                                              container=dict(type='dict', options=dict(
+                                                  runtime=dict(type='str', required=True),
+                                                  id=dict(type='str', required=True)))),
                            supports_check_mode=True)
     params = module.params
     if not 1 <= params['port'] <= 65535:
@@ -194,8 +225,17 @@ def main():
     if params['unit'] is not None and not gpu_owner.valid_unit_name(params['unit']):
         module.fail_json(msg='unit %r is not a systemd service or scope name (systemd\'s grammar, no glob); '
                              'nothing was read' % params['unit'])
-    result = gpu_listen.listeners(params['port'], params['host'], unit=params['unit'],
-                                  container=params['container'])
+    container = None
+    if params['container']:
+        runtime = os.path.basename(params['container']['runtime'])
+        if runtime not in gpu_listen.CONTAINER_RUNTIMES:
+            module.fail_json(msg='container runtime %r is neither docker nor podman; nothing was read'
+                                 % params['container']['runtime'])
+        if not FULL_ID.match(params['container']['id']):
+            module.fail_json(msg='container id %r is not a full container ID (64 hex digits, as docker run '
+                                 '--cidfile writes it); nothing was read' % params['container']['id'])
+        container = (runtime, params['container']['id'])
+    result = gpu_listen.listeners(params['port'], params['host'], unit=params['unit'], container=container)
     module.exit_json(changed=False, **result)
 
 

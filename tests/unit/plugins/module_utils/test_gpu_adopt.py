@@ -64,8 +64,9 @@ def test_a_root_without_a_start_time_refuses_the_whole_adoption_and_plans_nothin
 # --- what the scope may take -----------------------------------------------------------------------
 
 class Seen(object):
-    def __init__(self, start_time=100, kthread=False, cgroup='0::/user.slice/user-0.slice/session-4.scope'):
-        self.start_time, self.kthread = start_time, kthread
+    def __init__(self, start_time=100, kthread=False, cgroup='0::/user.slice/user-0.slice/session-4.scope',
+                 state='sleeping'):
+        self.start_time, self.kthread, self.state = start_time, kthread, state
         self.owner = gpu_owner.owner_from_cgroup(cgroup)
 
 
@@ -74,6 +75,8 @@ class Seen(object):
     (1, 100, Seen(), gpu_adopt.NEVER),
     (77, 100, Seen(), gpu_adopt.NEVER),                 # this module's own tree
     (50, 100, None, gpu_adopt.GONE),
+    (50, 100, Seen(state='zombie'), gpu_adopt.GONE),
+    (50, 100, Seen(state='zombie-leader'), None),        # its threads still hold what it holds
     (50, 100, Seen(start_time=101), gpu_adopt.REUSED),
     (50, 100, Seen(kthread=True), gpu_adopt.KTHREAD),
     (50, 100, Seen(cgroup='0::/system.slice/jupyter.service'), gpu_adopt.OWNED),

@@ -61,3 +61,13 @@ def test_a_real_listener_is_returned_with_every_documented_key(capsys):
     doc = yaml.safe_load(port_owner.RETURN)
     assert set(out) - {'changed', 'invocation'} == set(doc)
     assert set(me) == set(doc['owners']['contains'])
+
+
+@pytest.mark.parametrize('container, named', [
+    ({'runtime': '/usr/bin/lxc', 'id': 'c' * 64}, "container runtime '/usr/bin/lxc' is neither docker nor podman"),
+    ({'runtime': 'docker', 'id': 'sglang'}, "container id 'sglang' is not a full container ID"),
+    ({'runtime': '/usr/bin/docker', 'id': 'C' * 64}, "container id '%s' is not a full container ID" % ('C' * 64)),
+])
+def test_a_bad_container_fails_naming_it(capsys, container, named):
+    out = run(capsys, port=30000, unit='sglang.service', container=container)
+    assert out['failed'] is True and named in out['msg'] and 'nothing was read' in out['msg'], out['msg']
