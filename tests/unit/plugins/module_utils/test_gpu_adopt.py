@@ -186,10 +186,11 @@ def test_sigterm_ignoring_members_get_sigkill_at_once_and_the_others_the_scopes_
     sigkill, stop = adoption.out['actions']
     assert sigkill['at_s'] <= stop['at_s'] and 'took_s' in stop
     assert actor.calls == [('stop_unit', 'sglang-adopted-1.scope')] and adoption.out['stopped'] is True
-    ranks = [procs('signal.signal(signal.SIGTERM, signal.SIG_IGN)'), procs('signal.signal(signal.SIGTERM, signal.SIG_IGN)')]
+
 
 def test_when_every_member_ignored_sigterm_the_emptied_scope_needs_no_stop(procs):
-    ranks = [procs('signal.signal(signal.SIGTERM, signal.SIG_IGN)') for _ in range(2)]
+    ignore = 'signal.signal(signal.SIGTERM, signal.SIG_IGN)'
+    ranks = [procs(ignore), procs(ignore)]
     actor = Refusing()
     adoption = gpu_adopt.Adoption('sglang-adopted', 5, [], actor=actor)
     adoption.planned = dict((p.pid, start_of(p.pid)) for p in ranks)
