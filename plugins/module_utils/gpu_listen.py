@@ -76,8 +76,8 @@ def unit_container(runtime, container_id, unified, timeout=10):
 
 def label(entry):
     """'PID 4242 (uid 1000, python3 squat.py, cgroup /user.slice/...)', users' text escaped."""
-    return 'PID %d (uid %s, %s, cgroup %s)' % (entry['pid'], entry['uid'], escape_text(entry['cmdline'][:CMDLINE_CHARS]),
-                                              escape_text(entry['cgroup']))
+    return 'PID %d (uid %s, %s, cgroup %s)' % (
+        entry['pid'], entry['uid'], escape_text(entry['cmdline'][:CMDLINE_CHARS]), escape_text(entry['cgroup']))
 
 
 def listeners(port, host, unit=None, container=None, proc='/proc', timeout=10):
