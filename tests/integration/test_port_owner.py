@@ -9,7 +9,12 @@ test_security.py's.
 
 import pytest
 
-from .test_docker import docker_node, end_container  # noqa: F401  (docker_node is a fixture)
+from . import test_docker
+
+# test_docker's lab node with dockerd on each cgroup driver and the lab's image imported.
+docker_node = test_docker.docker_node
+CTR = test_docker.CTR
+end_container = test_docker.end_container
 
 PORT = 30123
 OTHER = "gpuops-t-other"
@@ -19,7 +24,7 @@ LISTEN = "python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.
 
 
 @pytest.fixture
-def dnode(lab, docker_node):  # noqa: F811
+def dnode(lab, docker_node):
     name = docker_node[0]
     clean(lab, name)
     yield docker_node
@@ -51,7 +56,6 @@ def port_owner(lab, node, cid):
 
 
 def test_a_listener_in_the_units_own_container_is_the_units_as_docker_confirms_it(lab, dnode):
-    from .test_docker import CTR
     node, image, driver = dnode
     cid = lab.exec(node, "docker run -d --name %s --network host %s %s" % (CTR, image, LISTEN % PORT),
                    timeout=120).stdout.strip().splitlines()[-1]
@@ -72,7 +76,6 @@ def test_a_listener_in_the_units_own_container_is_the_units_as_docker_confirms_i
 
 
 def test_a_listener_in_another_container_or_on_the_node_is_not_the_units(lab, dnode):
-    from .test_docker import CTR
     node, image, _driver = dnode
     # The unit's container runs but does not listen; another container, named like nothing of
     # ours, holds the port; then a process of the node does.
