@@ -32,6 +32,8 @@ description:
     process's RV(owners[].unit) is that C(user@UID.service), never a name below it.
   - Written for the C(gpuops.reclaim.inference_service) role (its preflight and its health
     check); usable on its own. Read-only.
+  - Not internal to the role - a module of the collection like the others, its options and
+    return values under the collection's semantic versioning.
 author:
   - gpuops.reclaim maintainers (@gpuops)
 attributes:

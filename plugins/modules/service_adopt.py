@@ -35,6 +35,8 @@ description:
     threads and this module's own process tree.
   - Written for the C(gpuops.reclaim.inference_service) role, which adopts a hand-started engine
     that holds the server's port or GPUs before it starts its unit; usable on its own.
+  - Not internal to the role - a module of the collection like the others, its options and
+    return values under the collection's semantic versioning.
 author:
   - gpuops.reclaim maintainers (@gpuops)
 attributes:
