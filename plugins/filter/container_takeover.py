@@ -27,7 +27,7 @@ options:
     type: dict
     required: true
   port_owners:
-    description: The port's listeners (the role's port_owner.py).
+    description: The port's listeners (the port_owner module's owners).
     type: list
     elements: dict
     required: true
@@ -36,6 +36,14 @@ options:
     type: list
     elements: dict
     required: true
+  own:
+    description:
+      - >-
+        The ID of the managed unit's own container (docker, whose containers sit outside the unit's cgroup;
+        the role reads it from the ID file of the unit's C(docker run)). Its processes are the server's,
+        in C(ours), never adopted and never strays. Empty for none.
+    type: str
+    default: ''
 """
 
 EXAMPLES = r"""
@@ -44,7 +52,9 @@ takeover: "{{ owners | gpuops.reclaim.server_takeover(holders, 'sglang.service',
 
 RETURN = r"""
 _value:
-  description: The takeover with C(adopt) less the containers' processes and C(containers) (runtime, id, name, pids, why).
+  description:
+    - The takeover with C(adopt) less the containers' processes and C(containers) (runtime, id, name, pids, why).
+    - With O(own), the own container's GPU holders move from C(adopt) and C(strays) to C(ours).
   type: dict
 """
 

@@ -110,21 +110,25 @@ _RUNTIME_SCOPE = re.compile(r"^(docker|libpod)-([0-9a-f]{64})\.scope$")
 _SCOPE_RUNTIME = {"docker": "docker", "libpod": "podman"}
 
 
-def container_takeover(takeover, port_owners, holders):
+def container_takeover(takeover, port_owners, holders, own=""):
     """Split the hand-started servers to adopt into those in a docker or podman container and the rest.
 
-    takeover: server_takeover's result; port_owners: port_owner.py's owners; holders: gpu_holders'
+    takeover: server_takeover's result; port_owners: the port_owner module's owners; holders: gpu_holders'
     holders (each with its cgroup `owner`). A container is known only from a GPU holder's owner
     (gpu_holders reads it from the cgroup and the runtime confirms it: `confirmed` false or not yet
     asked leaves it out); a port owner in a runtime's scope belongs to it when the scope names the same container.
     Such a server is stopped through its runtime, never signalled or moved into a scope (its
     restart policy would start it again), and never removed.
 
+    own: the ID of the managed unit's own container (docker: its processes are in docker's cgroup,
+    outside the unit; the role reads the ID from the unit's `docker run --cidfile`): its confirmed
+    GPU holders are the server's, moved from 'adopt' and 'strays' to 'ours'.
+
     Returns takeover with 'adopt' less the containers' processes, 'containers':
     [{runtime, id, name, pids, why}], and a port owner in a container that holds none of the
     server's GPUs moved to 'refuse' (nothing confirms which container it is).
     """
-    containers, by_pid = {}, {}
+    containers, by_pid, ours = {}, {}, set()
     for holder in holders or []:
         owner = holder.get("owner") or {}
         if owner.get("kind") != "container" or owner.get("runtime") not in ("docker", "podman"):
@@ -133,6 +137,9 @@ def container_takeover(takeover, port_owners, holders):
         # an owner without the field (a collection before it) named the container from `inspect`.
         if not owner.get("id") or owner.get("confirmed", True) is not True:
             continue
+        if own and owner["id"] == own:
+            ours.add(holder["pid"])
+            continue
         by_pid[holder["pid"]] = owner
     scope_of = {}
     for proc in port_owners or []:
@@ -140,8 +147,13 @@ def container_takeover(takeover, port_owners, holders):
         if found:
             scope_of[proc["pid"]] = (_SCOPE_RUNTIME[found.group(1)], found.group(2))
     known = dict(((o["runtime"], o["id"]), o) for o in by_pid.values())
-    result = dict(takeover, adopt=[], containers=[], refuse=list(takeover.get("refuse") or []))
+    result = dict(takeover, adopt=[], containers=[], refuse=list(takeover.get("refuse") or []),
+                  strays=[h for h in takeover.get("strays") or [] if h.get("pid") not in ours],
+                  ours=sorted(set(takeover.get("ours") or []) | ours))
     for entry in takeover.get("adopt") or []:
+        if entry["pid"] in ours or (own and scope_of.get(entry["pid"], ("", ""))[1] == own):
+            result["ours"] = sorted(set(result["ours"]) | {entry["pid"]})
+            continue
         owner = by_pid.get(entry["pid"])
         if owner is None and entry["pid"] in scope_of:
             owner = known.get(scope_of[entry["pid"]])

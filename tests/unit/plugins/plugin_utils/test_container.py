@@ -119,7 +119,7 @@ def test_a_hand_started_container_is_adopted_through_its_runtime_not_signalled()
     owners = [{"pid": 10, "unit": "libpod-%s.scope" % CID}]
     holders = [holder(11, ctr()), holder(12, {"kind": "scope", "unit": "session-3.scope"})]
     out = container_takeover(takeover, owners, holders)
-    # The launcher (port only) and the rank (GPU) are one container; the session's process stays with adopt.py.
+    # The launcher (port only) and the rank (GPU) are one container; the session's process stays with service_adopt.
     assert out["containers"] == [{"runtime": "podman", "id": CID, "name": "sglang", "pids": [10, 11],
                                   "why": "PID 10 listens on the port, PID 11 holds GPU 0"}]
     assert [e["pid"] for e in out["adopt"]] == [12]
@@ -147,3 +147,24 @@ def test_other_runtimes_and_kinds_are_left_to_the_existing_paths():
     takeover = {"ours": [], "refuse": [], "strays": [], "adopt": [{"pid": 11, "why": "holds GPU 0"}]}
     out = container_takeover(takeover, [], [holder(11, ctr(runtime="cri-o"))])
     assert out["containers"] == [] and [e["pid"] for e in out["adopt"]] == [11]
+
+
+def test_the_units_own_docker_container_is_ours_never_adopted_nor_a_stray():
+    # docker: the unit's container sits in docker's scope, outside the unit. Its ID (the unit's
+    # --cidfile) makes its confirmed holders and its scope's listener the server's; a container
+    # of the same name but another ID (hand-started) is still adopted through docker.
+    takeover = {"ours": [], "refuse": [], "strays": [holder(13, ctr(runtime="docker"))],
+                "adopt": [{"pid": 10, "why": "listens on the port"}, {"pid": 11, "why": "holds GPU 0"},
+                          {"pid": 12, "why": "holds GPU 1"}]}
+    owners = [{"pid": 10, "unit": "docker-%s.scope" % CID}]
+    holders = [holder(11, ctr(runtime="docker")), holder(13, ctr(runtime="docker")),
+               holder(12, ctr(cid=OTHER, runtime="docker"))]
+    out = container_takeover(takeover, owners, holders, own=CID)
+    assert out["ours"] == [10, 11, 13]
+    assert out["strays"] == [] and out["refuse"] == [] and out["adopt"] == []
+    assert [(c["id"], c["pids"]) for c in out["containers"]] == [(OTHER, [12])]
+    # Unconfirmed, the same ID proves nothing.
+    out = container_takeover(takeover, [], [holder(11, ctr(runtime="docker", confirmed=False))], own=CID)
+    assert 11 not in out["ours"]
+    # Without `own` (podman, systemd) nothing changes.
+    assert container_takeover(takeover, owners, holders)["containers"][0]["pids"] == [10, 11]
