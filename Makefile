@@ -130,7 +130,7 @@ RUNTIMES_LAB = LAB_RUNTIMES=1 LAB_NODES=1 \
 	LAB_STATE=$${LAB_STATE:-/var/lib/gpuops-lab}-runtimes LAB_RUN=$${LAB_RUN:-/run/gpuops-lab}-runtimes \
 	LAB_ADDR_BASE=$${LAB_RUNTIMES_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 50 ))}
 RUNTIME_TESTS = tests/integration/test_docker.py tests/integration/test_supervisors.py tests/integration/test_lxc.py \
-	tests/integration/test_container_health.py \
+	tests/integration/test_container_health.py tests/integration/test_port_owner.py \
 	tests/integration/test_pct.py
 
 lab-test: venv host-deps fakegpu collection-link proxmox-collection

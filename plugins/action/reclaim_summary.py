@@ -62,20 +62,26 @@ def _reclaim_record(reclaim):
 
 
 def adoption_record(adopted):
-    """What the inference_service role's adoption ended (adopt.py's report, registered as
-    inference_service__adopted), or None when it adopted nothing. Each process it ended is an
-    action in gpu_reclaim's shape (step, pid, name, unit, result), so that one list can later
-    hold every process a run ended, however it ended."""
-    if not isinstance(adopted, dict) or not adopted.get('stdout'):
+    """What the inference_service role's adoption ended (the service_adopt module's result,
+    registered as inference_service__adopted; before it, the JSON the role's adopt.py printed),
+    or None when it adopted nothing. Each process it ended is an action in gpu_reclaim's shape
+    (step, pid, name, unit, result), so that one list can later hold every process a run ended,
+    however it ended."""
+    if not isinstance(adopted, dict):
         return None
-    try:
-        out = json.loads(adopted['stdout'])
-    except ValueError:
+    if 'procs' in adopted:
+        out = adopted
+    elif adopted.get('stdout'):
+        try:
+            out = json.loads(adopted['stdout'])
+        except ValueError:
+            return None
+    else:
         return None
     if not out.get('procs'):
         return None
     scope, left = out.get('scope'), list(out.get('left') or [])
-    # The ladder's rule in adopt.py: a process whose SigIgn holds SIGTERM got SIGKILL at once.
+    # The ladder's rule in adoption: a process whose SigIgn holds SIGTERM got SIGKILL at once.
     killed = dict((k.get('pid'), k.get('at_s')) for k in out.get('killed_at_once') or [])
 
     def result(pid):
@@ -89,7 +95,7 @@ def adoption_record(adopted):
                 'pid': proc.get('pid'), 'name': proc.get('name'), 'unit': scope, 'result': result(proc.get('pid'))}
                for proc in out['procs']]
     return {'scope': scope, 'stopped': bool(out.get('stopped')), 'seconds': out.get('seconds'),
-            'skipped': list(out.get('skipped') or []), 'left': left, 'actions': actions}
+            'skipped': list(out.get('not_adopted') or out.get('skipped') or []), 'left': left, 'actions': actions}
 
 
 def _seconds(delta):

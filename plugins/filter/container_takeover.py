@@ -27,7 +27,7 @@ options:
     type: dict
     required: true
   port_owners:
-    description: The port's listeners (the role's port_owner.py).
+    description: The port's listeners (the port_owner module's owners).
     type: list
     elements: dict
     required: true

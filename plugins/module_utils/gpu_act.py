@@ -249,6 +249,21 @@ class HostActor(object):
         return ('stopped', True) if rc == 0 else ('failed (rc=%d): %s' % (rc, out), False)
 
     @staticmethod
+    def start_scope(scope, pids, stop_timeout, description):
+        """Move `pids` into a new transient scope unit `scope` (systemd's StartTransientUnit,
+        through busctl: systemctl cannot make a scope of running processes), so that stopping
+        it ends them the way a unit's stop does: SIGTERM to every member, SIGKILL after
+        `stop_timeout` seconds (TimeoutStopUSec). systemd takes numbers here, not pidfds: the
+        caller verifies afterwards who the scope holds."""
+        argv = (['busctl', 'call', 'org.freedesktop.systemd1', '/org/freedesktop/systemd1',
+                 'org.freedesktop.systemd1.Manager', 'StartTransientUnit', 'ssa(sv)a(sa(sv))', scope, 'fail', '3',
+                 'Description', 's', description,
+                 'TimeoutStopUSec', 't', '%d' % int(stop_timeout * 1000000),
+                 'PIDs', 'au', '%d' % len(pids)] + ['%d' % pid for pid in pids] + ['0'])
+        rc, out = run_command(argv, timeout=SYSTEMCTL_TIMEOUT_S)
+        return ('started', True) if rc == 0 else ('failed (rc=%d): %s' % (rc, out), False)
+
+    @staticmethod
     def signal(holder, signum, never):
         """(result, changed) of sending `signum` to the holder, re-identified first."""
         result = send_signal(holder['pid'], holder['start_time'], signum, never)

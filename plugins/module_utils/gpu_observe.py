@@ -496,6 +496,77 @@ def read_cgroup(pid, proc='/proc'):
         return ''
 
 
+def read_sigterm_ignored(pid, proc='/proc'):
+    """Whether the SigIgn mask of /proc/PID/status holds SIGTERM now; raises ProcessGone or
+    AccessDenied. A handler is SigCgt, not SigIgn: such a process gets its grace."""
+    raw = _read_entry('%s/%d' % (proc, pid), pid, 'status')
+    return _status_fields(raw)[2]
+
+
+def unified_cgroup(root='/sys/fs/cgroup'):
+    """systemd runs the unified hierarchy: cgroup2 is mounted at /sys/fs/cgroup itself (its
+    cgroup.controllers is there). gpu_owner.systemd_path picks a process's path with it."""
+    return os.path.exists(os.path.join(root, 'cgroup.controllers'))
+
+
+# The addresses that clash with any other on the same port (a wildcard bind).
+_WILDCARDS = ('0.0.0.0', '::', '')
+
+
+def _tcp_address(hexaddr):
+    """The local address of a /proc/net/tcp{,6} line: dotted IPv4 (kept as little-endian hex
+    there), '::' for the v6 wildcard, else 'v6:HEX' (compared only with wildcards)."""
+    if len(hexaddr) == 8:
+        return '.'.join(str(int(hexaddr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    return '::' if set(hexaddr) == set('0') else 'v6:' + hexaddr
+
+
+def tcp_listeners(port, host, proc='/proc'):
+    """The inodes ('socket:[N]', as /proc/PID/fd links name them) of the LISTEN sockets on
+    `port` that clash with binding `host`: a listener clashes unless both sides name different
+    specific addresses. From /proc/net/tcp and tcp6 of this network namespace (no ss or lsof
+    needed); a table that cannot be read counts as empty."""
+    inodes = set()
+    for table in ('net/tcp', 'net/tcp6'):
+        try:
+            lines = _read('%s/%s' % (proc, table)).decode('ascii', 'replace').splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != '0A':   # 0A: TCP_LISTEN
+                continue
+            addr, _sep, lport = fields[1].rpartition(':')
+            try:
+                if int(lport, 16) != port:
+                    continue
+            except ValueError:
+                continue
+            local = _tcp_address(addr)
+            if host in _WILDCARDS or local in _WILDCARDS or local == host:
+                inodes.add('socket:[%s]' % fields[9])
+    return inodes
+
+
+def cgroup_procs(group, unified=None, mounts=None):
+    """PIDs the kernel lists in cgroup `group` (a unit's ControlGroup) of the hierarchy systemd
+    keeps processes in (v2 on a unified host, else name=systemd); None when that directory
+    cannot be read. Exited processes are no longer listed (they leave their cgroup at exit)."""
+    mounts = cgroup_mounts() if mounts is None else mounts
+    unified = unified_cgroup() if unified is None else unified
+    order = ('', 'name=systemd') if unified else ('name=systemd', '')
+    for hierarchy in order:
+        point = mounts.get(hierarchy)
+        if point is None or not group:
+            continue
+        try:
+            raw = _read(os.path.join(point, group.lstrip('/'), 'cgroup.procs'))
+        except OSError:
+            return None
+        return sorted(int(word) for word in raw.split())
+    return None
+
+
 def ancestors(pid, proc='/proc'):
     """PIDs from `pid` up to PID 1: the module itself, the shell and SSH session that run it."""
     chain = []

@@ -186,6 +186,40 @@ def cgroup_paths(text):
     return paths
 
 
+def systemd_path(text, unified):
+    """The cgroup path systemd keeps a process in, from its /proc/PID/cgroup text: the v2 line
+    on a `unified` host (cgroup2 mounted at /sys/fs/cgroup, gpu_observe.unified_cgroup), else
+    the name=systemd line (a hybrid host), else the v2 one; None when neither is there.
+
+    A node booted with its own v2 tree under systemd-nspawn on a hybrid host reads
+    'N:name=systemd:/' for every process (the outer host's hierarchy): there that line says
+    nothing about where this node's systemd keeps it (measured on a lab container node)."""
+    paths = {}
+    for line in (text or '').splitlines():
+        parts = line.split(':', 2)
+        if len(parts) == 3 and parts[1] in ('', 'name=systemd'):
+            paths.setdefault(parts[1], parts[2])
+    first, second = ('', 'name=systemd') if unified else ('name=systemd', '')
+    return paths.get(first, paths.get(second))
+
+
+def root_named_unit(path, uids=None):
+    """The innermost service or scope among the components of a cgroup path that root named
+    (named_by_root), or None: inside a user's delegated subtree that is her user@UID.service,
+    never a name she chose below it (`sglang.service` included)."""
+    parts = path_parts(path or '')
+    trusted = named_by_root(parts, uids)[0]
+    for part in reversed(parts[:trusted]):
+        if part.endswith(('.service', '.scope')):
+            return part if valid_unit_name(part) else None
+    return None
+
+
+def within(path, group):
+    """True when cgroup `path` is `group` or below it (a unit's ControlGroup)."""
+    return bool(group and path) and (path == group or path.startswith(group.rstrip('/') + '/'))
+
+
 def _unit_in(parts):
     """(kind, unit) of the innermost systemd unit among path components."""
     for index in range(len(parts) - 1, -1, -1):

@@ -113,7 +113,7 @@ _SCOPE_RUNTIME = {"docker": "docker", "libpod": "podman"}
 def container_takeover(takeover, port_owners, holders, own=""):
     """Split the hand-started servers to adopt into those in a docker or podman container and the rest.
 
-    takeover: server_takeover's result; port_owners: port_owner.py's owners; holders: gpu_holders'
+    takeover: server_takeover's result; port_owners: the port_owner module's owners; holders: gpu_holders'
     holders (each with its cgroup `owner`). A container is known only from a GPU holder's owner
     (gpu_holders reads it from the cgroup and the runtime confirms it: `confirmed` false or not yet
     asked leaves it out); a port owner in a runtime's scope belongs to it when the scope names the same container.

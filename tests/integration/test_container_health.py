@@ -72,19 +72,22 @@ def test_the_wait_ends_when_the_container_exits(lab, runtime_node):
     assert restarts(lab, node, runtime) == 0
 
 
-PORT_OWNER = os.path.join(os.path.dirname(SCRIPT), "port_owner.py")
 PORT = 30011
 
 
-def port_owner(lab, node, *args):
-    with open(PORT_OWNER) as f:
-        script = f.read()
-    out = lab.exec(node, "python3 - %s <<'GPUOPS_EOF'\n%s\nGPUOPS_EOF" % (" ".join(args), script), timeout=120)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def port_owner(lab, node, port, host, unit, *container):
+    """The port_owner module on the node (it replaced the role's port_owner.py); `container`:
+    '--container', RUNTIME, ID as the script took them."""
+    args = {"port": int(port), "host": host, "unit": unit}
+    if container:
+        args["container"] = {"runtime": container[1], "id": container[2]}
+    result = lab.module(node, "gpuops.reclaim.port_owner", args)
+    assert not result.get("failed"), result.get("msg")
+    return result
 
 
 def test_a_docker_listener_counts_only_in_the_cgroup_of_the_container_docker_names(lab, runtime_node):
-    """port_owner.py --container: docker keeps the container's processes in its own scope, outside
+    """port_owner with container: docker keeps the container's processes in its own scope, outside
     any unit; the listener is the container's only when its cgroup is that of the init PID docker
     gives for that ID. Another container's ID, or no ID, proves nothing."""
     node, runtime, image = runtime_node

@@ -56,14 +56,27 @@ def payload_module_utils(module):
     return set(n[len(MODULE_UTILS):] for n in names if n.startswith(MODULE_UTILS) and n != MODULE_UTILS + '__init__.py')
 
 
+ROLE_MODULE_UTILS = {'gpu_adopt.py', 'gpu_listen.py'}
+
+
 def test_gpu_reclaim_payload_has_every_module_util():
     # gpu_reclaim reaches all of them; gpu_patterns, gpu_lock and gpu_nvidia only from inside functions.
+    # (all but those of the inference_service role's modules: gpu_adopt, gpu_listen)
     every = set(f for f in os.listdir(os.path.join(REPO, 'plugins', 'module_utils')) if f.endswith('.py'))
     assert {'gpu_patterns.py', 'gpu_lock.py', 'gpu_nvidia.py'} <= every
-    assert payload_module_utils('gpu_reclaim') == every
+    assert payload_module_utils('gpu_reclaim') == every - ROLE_MODULE_UTILS
 
 
 def test_gpu_holders_payload_has_what_it_imports():
     shipped = payload_module_utils('gpu_holders')
     assert {'gpu_flow.py', 'gpu_patterns.py', 'gpu_nvidia.py', 'gpu_observe.py'} <= shipped
     assert 'gpu_lock.py' not in shipped   # only gpu_reclaim takes the host lock
+
+
+def test_the_role_modules_payloads_have_what_they_import():
+    adopt = payload_module_utils('service_adopt')
+    assert {'gpu_adopt.py', 'gpu_act.py', 'gpu_observe.py', 'gpu_owner.py', 'gpu_text.py', 'gpu_access.py'} <= adopt
+    listen = payload_module_utils('port_owner')
+    assert {'gpu_listen.py', 'gpu_observe.py', 'gpu_owner.py', 'gpu_trust.py', 'gpu_text.py'} <= listen
+    # Neither carries the ladder.
+    assert not {'gpu_flow.py', 'gpu_decide.py'} & (adopt | listen)

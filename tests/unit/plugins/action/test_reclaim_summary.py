@@ -188,3 +188,15 @@ def test_adopted_processes_that_ignored_sigterm_are_recorded_as_killed_at_once()
     actions = host_record(host)["server"]["adoption"]["actions"]
     assert [(a["step"], a["pid"]) for a in actions] == [("adopt_stop", 301), ("adopt_sigkill", 302)]
     assert actions[1]["result"] == "SIGKILL at once at 0.052 s (its SigIgn holds SIGTERM), in sglang-adopted"
+
+
+def test_the_service_adopt_modules_result_is_recorded_as_adopt_py_s_was():
+    # The role registers the service_adopt module's result itself (no stdout to parse).
+    out = dict(json.loads(ADOPTED["stdout"]), changed=True, killed_at_once=[{"pid": 302, "at_s": 0.052}],
+               actions=[{"step": "adopt_sigkill", "target": 302, "result": "sent", "changed": True, "at_s": 0.052}])
+    host = dict(SERVER, reclaim__strays_result=NO_STRAYS, gpus_free_result=None, inference_service__adopted=out)
+    adoption = host_record(host)["server"]["adoption"]
+    assert [(a["step"], a["pid"], a["unit"]) for a in adoption["actions"]] == [
+        ("adopt_stop", 301, "sglang-adopted"), ("adopt_sigkill", 302, "sglang-adopted")]
+    assert adoption["actions"][1]["result"] == "SIGKILL at once at 0.052 s (its SigIgn holds SIGTERM), in sglang-adopted"
+    assert adoption["scope"] == "sglang-adopted" and adoption["seconds"] == 0.41

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -212,3 +213,60 @@ def test_read_cgroup_is_what_a_description_holds():
     gone.wait()
     with pytest.raises(observe.ProcessGone):
         observe.read_cgroup(gone.pid)
+# --- readers for the inference_service role's modules (port_owner, service_adopt) -------------------
+
+SIGWAIT = "import signal, sys, time\n%s\nprint('ready', flush=True)\ntime.sleep(60)\n"
+
+
+def test_sigterm_ignored_is_read_from_sigign_and_a_handler_or_none_is_not():
+    # The ladder's SIGKILL-at-once rule, as the role's adoption applies it.
+    made = []
+    for code in ("signal.signal(signal.SIGTERM, signal.SIG_IGN)", "signal.signal(signal.SIGTERM, lambda *_: None)", ""):
+        made.append(subprocess.Popen([sys.executable, '-c', SIGWAIT % code], stdout=subprocess.PIPE))
+        assert made[-1].stdout.readline().strip() == b'ready'
+    try:
+        assert [observe.read_sigterm_ignored(p.pid) for p in made] == [True, False, False]
+    finally:
+        for proc in made:
+            proc.kill()
+            proc.wait()
+    with pytest.raises(observe.ProcessGone):        # gone: a typed error, no claim
+        observe.read_sigterm_ignored(made[0].pid)
+
+
+def test_unified_cgroup_is_cgroup2_mounted_at_the_root_itself(tmp_path):
+    assert observe.unified_cgroup(str(tmp_path)) is False
+    (tmp_path / 'cgroup.controllers').write_text('cpu memory pids\n')
+    assert observe.unified_cgroup(str(tmp_path)) is True
+
+
+def test_cgroup_procs_reads_the_systemd_hierarchy_of_the_host(tmp_path):
+    for hierarchy, pids in (('v2', '10\n11\n'), ('systemd', '20\n')):
+        scope = tmp_path / hierarchy / 'system.slice' / 'a-1.scope'
+        scope.mkdir(parents=True)
+        (scope / 'cgroup.procs').write_text(pids)
+    mounts = {'': str(tmp_path / 'v2'), 'name=systemd': str(tmp_path / 'systemd')}
+    assert observe.cgroup_procs('/system.slice/a-1.scope', unified=True, mounts=mounts) == [10, 11]
+    assert observe.cgroup_procs('/system.slice/a-1.scope', unified=False, mounts=mounts) == [20]
+    assert observe.cgroup_procs('/system.slice/gone.scope', unified=True, mounts=mounts) is None
+    assert observe.cgroup_procs('/system.slice/a-1.scope', unified=False, mounts={'': str(tmp_path / 'v2')}) == [10, 11]
+
+
+def test_tcp_listeners_reads_listen_sockets_by_port_and_address(tmp_path):
+    header = '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n'
+    (tmp_path / 'net').mkdir()
+    # 127.0.0.1:30000 LISTEN (inode 111), 0.0.0.0:30000 ESTABLISHED (222), 10.0.0.5:8000 LISTEN (333)
+    (tmp_path / 'net' / 'tcp').write_text(header + (
+        '   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n'
+        '   1: 00000000:7530 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n'
+        '   2: 0500000A:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 333 1\n'))
+    # [::]:30000 LISTEN (444)
+    (tmp_path / 'net' / 'tcp6').write_text(header + (
+        '   0: 00000000000000000000000000000000:7530 00000000000000000000000000000000:0000 0A '
+        '00000000:00000000 00:00000000 00000000  1000        0 444 1\n'))
+    proc = str(tmp_path)
+    assert observe.tcp_listeners(30000, '0.0.0.0', proc) == {'socket:[111]', 'socket:[444]'}
+    assert observe.tcp_listeners(30000, '127.0.0.1', proc) == {'socket:[111]', 'socket:[444]'}
+    assert observe.tcp_listeners(30000, '10.0.0.9', proc) == {'socket:[444]'}     # only the v6 wildcard
+    assert observe.tcp_listeners(8000, '10.0.0.5', proc) == {'socket:[333]'}
+    assert observe.tcp_listeners(8000, '10.0.0.6', proc) == set()

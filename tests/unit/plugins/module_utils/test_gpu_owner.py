@@ -362,3 +362,58 @@ def test_a_users_service_is_her_managers_unit_not_the_systems():
 def test_describe_escapes_names_users_chose():
     got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/x\x1b[2Jy.service"))
     assert "\x1b" not in owner_mod.describe(got) and "x\\x1b[2Jy.service" in owner_mod.describe(got)
+
+
+# --- where systemd keeps a process, and the unit root named (the port_owner module's rules;
+# before, tests/unit/roles/inference_service/test_port_owner.py proved them of the role's script)
+
+@pytest.mark.parametrize("path, unit", [
+    ("/system.slice/sglang.service", "sglang.service"),
+    ("/user.slice/user-0.slice/session-4.scope", "session-4.scope"),
+    # alice names every directory below her user manager: none of them is a unit root knows.
+    ("/user.slice/user-1000.slice/user@1000.service/app.slice/sglang.service", "user@1000.service"),
+    ("/user.slice/user-1000.slice/user@1000.service/app.slice/docker-" + "a" * 64 + ".scope", "user@1000.service"),
+    ("/user.slice/user-1000.slice/user@1000.service/kubepods-besteffort-pod1.slice/x.service", "user@1000.service"),
+    ("/", None), (None, None),
+])
+def test_root_named_unit_never_names_a_unit_inside_a_users_subtree(path, unit):
+    assert owner_mod.root_named_unit(path) == unit
+
+
+def test_root_named_unit_stops_where_a_directory_is_not_roots():
+    # A system service with Delegate= to its user: the unit is root's, what its user made below is not.
+    path = "/system.slice/sglang.service/evil.service"
+    # owners of: the hierarchy's root, system.slice, sglang.service (delegated: its user's), evil.service
+    assert owner_mod.root_named_unit(path, [0, 0, 1000, 1000]) == "sglang.service"
+    assert owner_mod.root_named_unit(path, [0, 0, 0, 0]) == "evil.service"
+    assert owner_mod.root_named_unit(path, [0, 1000, 1000, 1000]) is None    # system.slice not root's
+
+
+@pytest.mark.parametrize("path, group, inside", [
+    ("/system.slice/sglang.service", "/system.slice/sglang.service", True),
+    ("/system.slice/sglang.service/worker", "/system.slice/sglang.service", True),
+    ("/system.slice/sglang.service-evil", "/system.slice/sglang.service", False),
+    ("/user.slice/user-1000.slice/user@1000.service/app.slice/sglang.service", "/system.slice/sglang.service", False),
+    ("/system.slice/sglang.service", None, False),      # no unit (not loaded): nothing is its
+    (None, "/system.slice/sglang.service", False),
+])
+def test_within_is_the_units_own_control_group_or_below(path, group, inside):
+    assert owner_mod.within(path, group) is inside
+
+
+def test_systemd_path_prefers_the_name_systemd_hierarchy_then_v2():
+    hybrid = "9:name=systemd:/system.slice/a.service\n1:cpu:/\n0::/system.slice/b.service\n"
+    assert owner_mod.systemd_path(hybrid, unified=False) == "/system.slice/a.service"
+    assert owner_mod.systemd_path("0::/system.slice/b.service\n", unified=False) == "/system.slice/b.service"
+    assert owner_mod.systemd_path("", unified=False) is None
+
+
+def test_systemd_path_on_a_unified_host_is_the_v2_line_whatever_name_systemd_says():
+    # Read on a lab container node (its own cgroup v2 tree under nspawn, on a hybrid host): the
+    # kernel lists the outer host's name=systemd hierarchy as "/" for every process, while the
+    # node's systemd keeps the server of a podman unit (--cgroups=split) in the v2 path.
+    seen = ("9:name=systemd:/\n8:pids:/\n1:cpu:/\n"
+            "0::/system.slice/fakeserve.service/libpod-payload-" + "c" * 64 + "\n")
+    assert owner_mod.systemd_path(seen, unified=True) == "/system.slice/fakeserve.service/libpod-payload-" + "c" * 64
+    assert owner_mod.within(owner_mod.systemd_path(seen, unified=True), "/system.slice/fakeserve.service")
+    assert owner_mod.systemd_path("9:name=systemd:/x.service\n", unified=True) == "/x.service"

@@ -119,7 +119,7 @@ def test_a_hand_started_container_is_adopted_through_its_runtime_not_signalled()
     owners = [{"pid": 10, "unit": "libpod-%s.scope" % CID}]
     holders = [holder(11, ctr()), holder(12, {"kind": "scope", "unit": "session-3.scope"})]
     out = container_takeover(takeover, owners, holders)
-    # The launcher (port only) and the rank (GPU) are one container; the session's process stays with adopt.py.
+    # The launcher (port only) and the rank (GPU) are one container; the session's process stays with service_adopt.
     assert out["containers"] == [{"runtime": "podman", "id": CID, "name": "sglang", "pids": [10, 11],
                                   "why": "PID 10 listens on the port, PID 11 holds GPU 0"}]
     assert [e["pid"] for e in out["adopt"]] == [12]
