@@ -213,6 +213,8 @@ def test_read_cgroup_is_what_a_description_holds():
     gone.wait()
     with pytest.raises(observe.ProcessGone):
         observe.read_cgroup(gone.pid)
+
+
 # --- readers for the inference_service role's modules (port_owner, service_adopt) -------------------
 
 SIGWAIT = "import signal, sys, time\n%s\nprint('ready', flush=True)\ntime.sleep(60)\n"
