@@ -22,6 +22,7 @@ import threading
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 FORKNOEXEC_FLAG = 0x00000040  # PF_FORKNOEXEC: forked and not (yet) exec'd; cleared by execve
@@ -558,8 +559,8 @@ def runtime_details(owner, timeout=10):
     """What a container's, pod's or guest's runtime says about it (gpu_owner.parse_inspect):
     its readable name, restart policy, pod. Empty when the runtime's CLI is not on this host,
     fails or does not answer within `timeout` seconds: the owner is then named by its id."""
-    row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
-    argv = gpu_owner.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
+    row = gpu_lever.RUNTIMES.get(owner.get('runtime')) or {}
+    argv = gpu_lever.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
     if not argv or not row.get('cli') or not which(row['cli']):
         return {}
     try:

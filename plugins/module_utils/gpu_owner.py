@@ -12,8 +12,8 @@ is the kind 'user' (`controlled_by` 'user', or 'unknown' where the owners could 
 and its innermost unit name is a candidate for that user's own manager only. gpu_trust
 decides which levers an owner allows.
 
-Pure: parsing and the runtime table only. Running a runtime's CLI is observation
-(gpu_observe.runtime_details) or action (gpu_act); both take their argv from RUNTIMES.
+Pure: parsing only. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's
+table; running it is observation (gpu_observe.runtime_details) or action (gpu_act).
 
 Where each cgroup layout comes from is cited in tests/unit/plugins/module_utils/test_gpu_owner.py
 beside a real path.
@@ -62,52 +62,6 @@ _USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
 # 255 characters. Nothing else, no glob character (`*?[]`), ever reaches systemctl.
 _VALID_UNIT = re.compile(r'^[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\-]+)?\.(?:service|scope)$')
 UNIT_NAME_MAX = 255
-
-# One row per runtime: the program that reaches it, how to read a container's details
-# (`{id}` and `{namespace}` are filled in), how its output is read, and how to stop one.
-# `stop` None: this module never stops what the runtime owns (a pod is the kubelet's;
-# a guest is a whole operating system).
-RUNTIMES = {
-    'docker': {
-        'cli': 'docker',
-        'inspect': ['docker', 'inspect', '--type', 'container', '--', '{id}'],
-        'parse': 'docker',
-        'stop': ['docker', 'stop', '-t', '{grace}', '--', '{id}'],
-    },
-    'podman': {
-        'cli': 'podman',
-        'inspect': ['podman', 'container', 'inspect', '--', '{id}'],
-        'parse': 'docker',
-        'stop': ['podman', 'stop', '-t', '{grace}', '--', '{id}'],
-    },
-    'containerd': {
-        'cli': 'nerdctl',
-        'inspect': ['nerdctl', '--namespace', '{namespace}', 'container', 'inspect', '--', '{id}'],
-        'parse': 'docker',
-        'stop': ['nerdctl', '--namespace', '{namespace}', 'stop', '-t', '{grace}', '--', '{id}'],
-    },
-    'cri-containerd': {
-        'cli': 'crictl',
-        'inspect': ['crictl', 'inspect', '-o', 'json', '{id}'],
-        'parse': 'crictl',
-        'stop': None,
-    },
-    'cri-o': {
-        'cli': 'crictl',
-        'inspect': ['crictl', 'inspect', '-o', 'json', '{id}'],
-        'parse': 'crictl',
-        'stop': None,
-    },
-    'proxmox': {
-        'cli': 'pct',
-        'inspect': ['pct', 'config', '{id}'],
-        'parse': 'pct',
-        'stop': None,
-    },
-    'lxc': {'cli': None, 'inspect': None, 'parse': None, 'stop': None},
-    'systemd-nspawn': {'cli': None, 'inspect': None, 'parse': None, 'stop': None},
-}
-
 
 def new_owner(kind, cgroup=None, **fields):
     """An owner record with every key present (the RETURN documents them all).
@@ -362,15 +316,18 @@ def owner_from_cgroup(text, dir_uids=None):
 # ---------------------------------------------------------------------------------------------
 
 def runtime_argv(runtime, action, owner, grace=None):
-    """The argv for `action` ('inspect' or 'stop') of `owner` through its runtime, or None when
-    the runtime has no such command (a pod is never stopped from here)."""
-    row = RUNTIMES.get(runtime)
-    template = row.get(action) if row else None
-    if not template:
-        return None
-    values = {'{id}': owner['id'] or '', '{namespace}': owner.get('namespace') or 'default',
-              '{grace}': '%d' % max(0, int(round(grace or 0)))}
-    return [values.get(arg, arg) for arg in template]
+    """The argv for `action` ('inspect' or 'stop') of `owner` through its runtime's row of
+    gpu_lever.RUNTIMES, or None when the runtime has no such command."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
+    return gpu_lever.runtime_argv(runtime, action, owner, grace)
+
+
+def __getattr__(name):
+    """RUNTIMES, the runtimes' rows, live in gpu_lever's table (one table of owners and levers)."""
+    if name == 'RUNTIMES':
+        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
+        return gpu_lever.RUNTIMES
+    raise AttributeError(name)
 
 
 def parse_inspect(style, text):

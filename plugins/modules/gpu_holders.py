@@ -344,6 +344,13 @@ holders:
       description: "Why it is protected, or null."
       type: str
       returned: success
+    protected_code:
+      description:
+        - "Why it is protected, as a code for callers and tests (read it, not the sentence): C(pid_init),
+          C(kthread), C(own_tree) (this module's caller or child), C(pod), C(container_init),
+          C(infrastructure), C(pattern) (O(protect)); null when not protected."
+      type: str
+      returned: success
 clients:
   description: Processes with only shared NVIDIA nodes open (monitors, NVML users); same keys as RV(holders).
   returned: success
