@@ -20,6 +20,7 @@ import signal
 import subprocess
 import time
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
@@ -158,11 +159,10 @@ def run_command(argv, timeout, **keywords):
     return out.returncode, out.stdout.strip()
 
 
-def _unit_inactive(unit, user=()):
-    """`user`: ['--user'] and the keywords that run systemctl as that user, for her manager."""
-    flags, keywords = (user[0], user[1]) if user else ([], {})
-    code, state = run_command(['systemctl'] + flags + ['is-active', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S,
-                              **keywords)
+def _unit_inactive(unit, manager=gpu_owner.SYSTEM_MANAGER, keywords=None):
+    """`manager`: whose manager (gpu_lever.UNITS' row); `keywords` run systemctl as that user."""
+    code, state = run_command(gpu_lever.unit_argv(manager, 'is_active', unit), timeout=SYSTEMCTL_TIMEOUT_S,
+                              **(keywords or {}))
     return state in ('inactive', 'failed', 'unknown') or (code != 0 and state not in ('deactivating', 'active'))
 
 
@@ -184,7 +184,7 @@ class HostActor(object):
         `--no-block` queues the stop; the state is then polled, bounded by `timeout`, instead
         of blocking for the unit's own TimeoutStopSec (90 s by default).
         """
-        rc, out = run_command(['systemctl', 'stop', '--no-block', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S)
+        rc, out = run_command(gpu_lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'stop', unit), timeout=SYSTEMCTL_TIMEOUT_S)
         if rc != 0:
             return 'failed: %s' % out, False
         done, waited = wait_for(lambda: _unit_inactive(unit), timeout, clock=self.clock)
@@ -198,12 +198,12 @@ class HostActor(object):
         call = user_manager_call(uid)
         if call is None:
             return 'failed: the manager of user %s does not run' % uid, False
-        user = (['--user'], call[1])
-        rc, out = run_command(['systemctl', '--user', 'stop', '--no-block', '--', unit],
+        rc, out = run_command(gpu_lever.unit_argv(gpu_owner.USER_MANAGER, 'stop', unit),
                               timeout=SYSTEMCTL_TIMEOUT_S, **call[1])
         if rc != 0:
             return 'failed: %s' % out, False
-        done, waited = wait_for(lambda: _unit_inactive(unit, user), timeout, clock=self.clock)
+        done, waited = wait_for(lambda: _unit_inactive(unit, gpu_owner.USER_MANAGER, call[1]), timeout,
+                                clock=self.clock)
         if done:
             return 'stopped in %s through the manager of user %s' % (_seconds(waited), uid), True
         return 'stopping (still deactivating after %ss)' % timeout, True
@@ -216,7 +216,7 @@ class HostActor(object):
         The runtime sends the container's stop signal, waits up to `grace` seconds, then SIGKILLs;
         the command returns once the container has exited.
         """
-        argv = gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
+        argv = gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
         if not argv:
             return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
         rc, out = run_command(argv, timeout=grace + 30)
@@ -289,7 +289,7 @@ class RecordingActor(object):
 
     @staticmethod
     def stop_container(owner, grace):
-        if not gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
+        if not gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
             return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
         return 'would stop it (grace %ss)' % grace, True
 

@@ -20,9 +20,11 @@ import time
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_access as access
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
@@ -376,17 +378,15 @@ def _seconds(value):
 GUEST_RESPAWN_WATCH_S = 5.0
 
 
-def _guest_unit(holder):
-    """(guest cgroup, service inside it) for a holder run by a guest's own systemd service."""
-    owner = holder.get('owner') or {}
-    unit = owner.get('guest_unit')
-    if owner.get('kind') == gpu_owner.GUEST and unit and unit.endswith('.service'):
-        return owner['cgroup'].split('/' + unit)[0], unit
-    return None
+_guest_unit = lever.guest_unit
 
 
 class Ladder(object):
     """stop container -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
+
+    Each pass reads plan (gpu_lever: the levers of what holds the selected GPUs), pull (the
+    owners' stops, then the signals), watch (gpu_respawn.Comebacks: everything that could bring
+    a holder back) and verify (a new survey).
 
     One path for real runs and check mode: the actor decides whether a step acts or is only
     recorded; every step is a gpu_act.Action in self.actions.
@@ -416,14 +416,10 @@ class Ladder(object):
         self.started = None
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
-        self.stopped_containers = set()   # (runtime, id) already stopped: never twice
-        self.respawning_guest_units = set()   # (guest cgroup, unit) seen restarting what was killed
         self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
         self.unreachable = set()  # PIDs alive after SIGKILL
-        self.respawns = respawn.Watch(surveyor, clock, observe.ProcError)   # the watched ancestors
-        self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
-        self.respawn_targets = []  # respawners (and their new processes) to end next
-        self.respawners = []      # respawning parents this run may not end: the failure names them
+        # What can bring a holder back (units, containers, ancestors, the settle window, guests).
+        self.watch = respawn.Comebacks(surveyor, clock, observe.ProcError)
 
     def _record(self, action, since=None):
         now = self.clock()
@@ -462,19 +458,21 @@ class Ladder(object):
         return self._result(first, first if self.actor.recording else last)
 
     def _climb(self, first):
-        """The ladder proper, from the first survey to the last; returns the last survey."""
+        """The ladder proper, from the first survey to the last; returns the last survey. Each
+        pass: plan (the levers for what holds the selected GPUs), pull (owners' stops, then the
+        signals), watch (what could bring a holder back), verify (a new survey)."""
         protected_units = self.surveyor.protected_units()
         protected_containers = self.surveyor.protected_containers()
         current = first
         for attempt in range(self.passes + 1):
+            # Containers first: a container's init is reachable no other way, and its restart
+            # policy brings back whatever is killed inside.
             if self.stop_containers and self._stop_containers(current, protected_containers):
                 current = self._look()
                 if current.free:
                     break
-            targets = self._targets(current) + self.respawn_targets
-            self.respawn_targets = []
-            targets = _unique([t for t in targets if (t['pid'], t['start_time']) not in self.killed])
-            if not targets or self.respawners:
+            targets = self._plan(current)
+            if not targets or self.watch.respawners:
                 break
             if attempt > 0:
                 self._record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
@@ -482,9 +480,7 @@ class Ladder(object):
                                         pids=[t['pid'] for t in targets]))
             self._watch_parents(targets)
             self._escalate(targets, protected_units)
-            current = self._look()
-            if current.free:
-                current = self._watch_guest_respawn(targets, current)
+            current = self._verify(targets)
             if self._respawned(current):
                 continue
             # Not free, and something left can still be ended: another round. Not free only
@@ -504,16 +500,30 @@ class Ladder(object):
             current = self._reset(self._look(full=True))
         return current
 
+    def _plan(self, survey):
+        """This pass's targets: the holders to signal, and the respawners (with what they
+        started) to end, each once."""
+        targets = self._targets(survey) + self.watch.take_next_targets()
+        return _unique([t for t in targets if (t['pid'], t['start_time']) not in self.killed])
+
+    def _verify(self, signalled):
+        """A new survey after the pull; when it reads free, the guests' systemd of what was
+        signalled is watched for a comeback first."""
+        current = self._look()
+        if current.free:
+            current = self._watch_guest_respawn(signalled, current)
+        return current
+
     def _targets(self, survey):
         """The holders to signal: not those a guest's systemd was seen restarting, nor, without
         the container lever, those a container's restart policy would only bring back (both are
         named in the failure instead)."""
         targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids,
                                       self.peers)[0]
-        targets = [t for t in targets if _guest_unit(t) not in self.respawning_guest_units]
+        targets = [t for t in targets if _guest_unit(t) not in self.watch.guest_units]
         if self.stop_containers:
             return targets
-        return [t for t in targets if not decide.container_restarts(t)]
+        return [t for t in targets if lever.container_lever(t).watch != lever.WATCH_CONTAINER]
 
     def _watch_guest_respawn(self, signalled, survey):
         """After killing processes of a guest's service from its host, watch for the guest's own
@@ -537,7 +547,7 @@ class Ladder(object):
                                     % waited, False, guest_units=watched), since)
             return seen['survey']
         again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
-        self.respawning_guest_units |= set(_guest_unit(h) for h in again)
+        self.watch.guest_units |= set(_guest_unit(h) for h in again)
         named = ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
         self._record(act.Action('watch_respawn', ', '.join(watched), 'came back after %.1f s: %s' % (
             waited, named or 'other holders'), False, guest_units=watched), since)
@@ -545,33 +555,62 @@ class Ladder(object):
 
     def _stop_containers(self, survey, protected_ids):
         """Stop the containers owning holders of the selected GPUs; True when any was asked."""
-        holders = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
-        containers = [c for c in decide.containers_to_stop(holders, survey.selected, self.match, protected_ids)
-                      if (c['runtime'], c['id']) not in self.stopped_containers]
+        levers = self._plan_owners(survey, protected_ids)
+        for chosen in levers:
+            self.watch.containers.add(chosen.key)
+            self._pull(chosen)
+        return bool(levers)
+
+    def _plan_owners(self, survey, protected_ids):
+        """The container levers for the holders of the selected GPUs (gpu_lever.container_lever),
+        each container once and never twice a run."""
+        selected, levers = set(survey.selected), []
+        for holder in survey.holders:
+            if holder['pid'] in survey.spared_pids or not set(holder['context_gpus']) & selected:
+                continue
+            chosen = lever.container_lever(holder, self.match, protected_ids)
+            if chosen.refusal is None and chosen.key not in self.watch.containers \
+                    and all(chosen.key != other.key for other in levers):
+                levers.append(chosen)
+        return levers
+
+    def _pull(self, chosen):
+        """Pull an owner's lever (gpu_lever.Lever) through the actor; records the step and returns
+        whether it changed the host."""
         grace = 0 if self.force else self.term_timeout
-        for owner in containers:
-            self.stopped_containers.add((owner['runtime'], owner['id']))
-            since = self.clock()
+        since = self.clock()
+        owner = chosen.owner
+        if chosen.kind == lever.STOP_CONTAINER:
             result, changed = self.actor.stop_container(owner, grace)
-            self._record(act.Action('stop_container', gpu_owner.describe(owner), result, changed,
-                                    container=owner['id'], runtime=owner['runtime'], name=owner['name']), since)
-        return bool(containers)
+            action = act.Action('stop_container', gpu_owner.describe(owner), result, changed,
+                                container=owner['id'], runtime=owner['runtime'], name=owner['name'])
+        elif chosen.kind == lever.STOP_UNIT:
+            result, changed = self.actor.stop_unit(chosen.key, grace)
+            action = act.Action('stop_unit', chosen.key, result, changed, unit=chosen.key)
+        else:
+            uid, unit = chosen.key
+            result, changed = self.actor.stop_user_unit(uid, unit, grace)
+            action = act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid)
+        if changed and chosen.kind != lever.STOP_CONTAINER:
+            self.watch.units.add(chosen.key)
+        self._record(action, since)
+        return changed
 
     # --- respawns (gpu_respawn: which ancestors are watched, what counts as a respawn) -----------
 
     def _watch_parents(self, targets):
         """Before ending targets, watch their live ancestors (gpu_respawn.Watch.add)."""
         if not self.actor.recording:
-            self.respawns.add(targets)
+            self.watch.parents.add(targets)
 
     def _respawned(self, survey):
         """A watched ancestor that already brought a holder back (it runs an ended program again,
         or holds a context on the selected GPUs) is dealt with: made the target, or named. True
         when one did."""
-        if not self.respawns.watched():
+        if not self.watch.parents.watched():
             return False
         holders = set(h['pid'] for h in survey.holders_of_selected() if h['context_gpus'])
-        found = self.respawns.poll(holders)
+        found = self.watch.parents.poll(holders)
         for pid, new_pids in sorted(found.items()):
             self._respawn(pid, new_pids, survey)
         return bool(found)
@@ -579,14 +618,14 @@ class Ladder(object):
     def _settle(self, survey):
         """The GPUs read free: watch the live watched ancestors for up to gpu_respawn.WATCH_S, and
         no longer than one of them lives. True when one brought a holder back (handled)."""
-        watched = self.respawns.watched()
+        watched = self.watch.parents.watched()
         if not watched:
             return False
         found = {}
 
         def respawn_seen_or_none_left():
-            found.update(self.respawns.poll())
-            return bool(found) or not self.respawns.watched()
+            found.update(self.watch.parents.poll())
+            return bool(found) or not self.watch.parents.watched()
 
         since = self.clock()
         self.actor.wait_until(respawn_seen_or_none_left, respawn.WATCH_S)
@@ -594,7 +633,7 @@ class Ladder(object):
             self._respawn(pid, new_pids, survey)
         if not found:
             took = self.clock() - since
-            alive = self.respawns.watched()
+            alive = self.watch.parents.watched()
             if alive:
                 result = 'no respawn within %s (the bound); alive, not signalled: PID %s' % (
                     _seconds(respawn.WATCH_S), ', '.join(str(p) for p in alive))
@@ -608,7 +647,7 @@ class Ladder(object):
         """Ancestor `pid` brought a holder back as `new_pids`: when decide allows, it and every
         process started under it since the watch began are frozen (SIGSTOP, so none can start
         another) and become the next targets; otherwise it is named in the failure."""
-        entry = self.respawns.pop(pid)
+        entry = self.watch.parents.pop(pid)
         try:
             parent = self.surveyor.describe(pid, survey.snapshot)
         except observe.ProcessGone:
@@ -616,19 +655,20 @@ class Ladder(object):
         if parent['start_time'] != entry.start_time:
             return
         holds_gpu = any(h['pid'] == pid for h in survey.holders)
-        lever = decide.respawner_lever(parent, self.match, holds_gpu)
+        refusal = lever.respawner_lever(parent, self.match, holds_gpu).refusal
+        why = say.respawner_refusal(parent, refusal)
         what = 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
             ', '.join(str(p) for p in sorted(entry.ended)), ', '.join(str(p) for p in new_pids),
             self.clock() - entry.since)
-        if lever:
-            self.respawners.append(dict(parent, reason=lever, respawned=what))
-            result = '%s; not signalled: %s' % (what, lever)
+        if refusal:
+            self.watch.respawners.append(dict(parent, reason=why, respawned=what))
+            result = '%s; not signalled: %s' % (what, why)
         else:
             result = '%s; the %s becomes the target' % (what, respawn.kinship(entry.depth))
         self._record(act.Action('respawn', _who(parent), result, False, pid=pid, name=parent['name'],
                                 pids=list(new_pids)))
-        if not lever:
-            self.respawn_targets += self._freeze(parent, entry, survey)
+        if not refusal:
+            self.watch.next_targets += self._freeze(parent, entry, survey)
 
     def _freeze(self, parent, entry, survey):
         """SIGSTOP the respawner, then, top down, what started under it since the watch began,
@@ -642,9 +682,9 @@ class Ladder(object):
                 action = self._signal(holder, signal.SIGSTOP)
                 if action.changed:
                     holder['state'] = 'stopped'
-                    self.frozen[(holder['pid'], holder['start_time'])] = holder
+                    self.watch.frozen[(holder['pid'], holder['start_time'])] = holder
                     frozen.append(holder)
-            fresh = [p for p in self.respawns.new_descendants(entry) if p not in seen]
+            fresh = [p for p in self.watch.parents.new_descendants(entry) if p not in seen]
             seen.update(fresh)
             candidates = []
             for pid in fresh:
@@ -662,42 +702,30 @@ class Ladder(object):
     def _give_up_respawns(self):
         """Respawners still to be ended when the passes ran out are named, not ended, and what it
         froze is let go (SIGCONT): the host is left as it was found."""
-        for target in self.respawn_targets:
+        for target in self.watch.take_next_targets():
             if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
-                self.respawners.append(dict(target, reason='the passes ran out before it was ended',
+                self.watch.respawners.append(dict(target, reason='the passes ran out before it was ended',
                                             respawned='see actions'))
-        self.respawn_targets = []
         self._thaw()
 
     def _thaw(self):
         """SIGCONT to what the ladder froze and has not let go since, the last frozen first."""
-        for key, holder in reversed(list(self.frozen.items())):
+        for key, holder in reversed(list(self.watch.frozen.items())):
             if key not in self.killed:
                 self._signal(holder, signal.SIGCONT)
-        self.frozen = {}
+        self.watch.frozen.clear()
 
     # --- signals ----------------------------------------------------------------------------
 
     def _escalate(self, targets, protected_units):
         if self.stop_units:
-            units = decide.units_to_stop(targets, protected_units, self.surveyor.backend.infrastructure_units)
-            for unit in units:
-                since = self.clock()
-                result, changed = self.actor.stop_unit(unit, 0 if self.force else self.term_timeout)
-                self._record(act.Action('stop_unit', unit, result, changed, unit=unit), since)
-                if changed:
-                    self.ended_gpus.update(g for t in targets if t['unit'] == unit for g in t['gpus'])
             # A user's own service goes through her own manager, run as her: it can stop
-            # nothing she could not stop herself.
-            user_units = decide.user_units_to_stop(targets)
-            for uid, unit in user_units:
-                since = self.clock()
-                result, changed = self.actor.stop_user_unit(uid, unit, 0 if self.force else self.term_timeout)
-                self._record(act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid), since)
-                if changed:
-                    mine = [t for t in targets if (t['owner'].get('uid'), t['owner'].get('unit')) == (uid, unit)]
-                    self.ended_gpus.update(g for t in mine for g in t['gpus'])
-            if units or user_units:
+            # nothing she could not stop herself. System units first, then users' units.
+            levers = self._plan_units(targets, protected_units)
+            for chosen, owned in levers:
+                if self._pull(chosen):
+                    self.ended_gpus.update(g for t in owned for g in t['gpus'])
+            if levers:
                 targets = self.actor.alive(targets)
         killed = []
         if not self.force:
@@ -707,7 +735,7 @@ class Ladder(object):
             for holder, action in terms:
                 if action.changed and holder['state'] == 'stopped':
                     self._signal(holder, signal.SIGCONT)
-                    self.frozen.pop((holder['pid'], holder['start_time']), None)
+                    self.watch.frozen.pop((holder['pid'], holder['start_time']), None)
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say), and a traced stopped one cannot act on it:
             # waiting out the grace for them frees nothing.
@@ -729,6 +757,21 @@ class Ladder(object):
                 self._record(act.Action('unreachable', _who(holder), 'alive after SIGKILL (state %s)'
                                         % self.actor.state_of(holder), False,
                                         pid=holder['pid'], name=holder['name']))
+
+    def _plan_units(self, targets, protected_units):
+        """[(lever, the targets it ends)] of the units owning targets that may be stopped: the
+        system manager's (gpu_lever.unit_lever), then users' own (user_unit_lever)."""
+        vendor_units = self.surveyor.backend.infrastructure_units
+        planned = []
+        for make in (lambda t: lever.unit_lever(t, protected_units, vendor_units, is_protected=decide.protected_unit),
+                     lever.user_unit_lever):
+            chosen = [(t, make(t)) for t in targets]
+            keys = []
+            for _target, one in chosen:
+                if one.refusal is None and one.key not in keys:
+                    keys.append(one.key)
+                    planned.append((one, [t for t, other in chosen if other.refusal is None and other.key == one.key]))
+        return planned
 
     def _wait_outcomes(self, sent, timeout, signame):
         """Wait for the processes `sent` (holder, action) a signal to exit; say in each action
@@ -880,18 +923,18 @@ class Ladder(object):
                         reason_code=decide.PEER_MEMORY))
                 else:
                     remaining.append(dict(h, reason='has the device open (blocks a reset)', reason_code=decide.DEVICE_OPEN))
-        for parent in self.respawners:
+        for parent in self.watch.respawners:
             remaining.append(dict(((k, v) for k, v in parent.items() if k != 'respawned'), reason_code=decide.RESPAWNS))
         result.update({
             'after': last.rows,
-            'free': last.free and not self.respawners,
+            'free': last.free and not self.watch.respawners,
             'spared': last.spared,
             'remaining': remaining,
             'diagnosis': last.diagnosis,
         })
         if not result['free'] and not self.actor.recording:
             result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
-                                                   self.respawners, self.surveyor.access.sentence())
+                                                   self.watch.respawners, self.surveyor.access.sentence())
         return result
 
 
