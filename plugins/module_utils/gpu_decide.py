@@ -16,6 +16,7 @@ import re
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
@@ -577,11 +578,18 @@ def skip_code(holder, match_patterns):
         return ZOMBIE
     if not holder_matches(holder, match_patterns):
         return UNMATCHED
+    owner = holder.get('owner') or {}
+    if owner.get('kind') == gpu_owner.SUPERVISOR:
+        # Its supervisor restarts what is killed: only its own stop is a lever (gpu_supervisor).
+        return supervisors.skip_code(owner)
     return None
 
 
 def skip_sentence(holder, code):
     """The `reason` sentence for a skip_code."""
+    if (holder.get('owner') or {}).get('kind') == gpu_owner.SUPERVISOR and code not in (
+            INIT, PROTECTED, ZOMBIE, UNMATCHED):
+        return 'supervised: %s' % supervisors.lever(holder['owner'])
     if code == INIT:
         return 'PID %d is never signalled' % holder['pid']
     if code == PROTECTED:
@@ -608,6 +616,25 @@ def containers_to_stop(holders, selected, match_patterns, protected_ids=frozense
             continue
         if all(c['id'] != container['id'] for c in found):
             found.append(container)
+    return found
+
+
+def supervised_to_stop(holders, selected, match_patterns):
+    """The supervisor owners (gpu_supervisor) of holders of the selected GPUs whose program its
+    supervisor may stop, first seen first, each once: never a protected holder's, one outside
+    `match`, or one whose supervisor did not name the program."""
+    selected = set(selected)
+    found, seen = [], set()
+    for holder in holders:
+        owner = holder.get('owner') or {}
+        if not supervisors.stoppable(owner) or not set(holder['context_gpus']) & selected:
+            continue
+        if holder['protected'] or holder['state'] == 'zombie' or not holder_matches(holder, match_patterns):
+            continue
+        key = supervisors.key(owner)
+        if key not in seen:
+            seen.add(key)
+            found.append(owner)
     return found
 
 
@@ -711,6 +738,8 @@ def owner_lever(holder):
     """The lever that the holder's owner (a pod, a container, a guest) calls for, as a clause;
     None when the owner calls for nothing beyond the signal ladder."""
     owner = holder.get('owner') or gpu_owner.new_owner(gpu_owner.NONE)
+    if owner['kind'] == gpu_owner.SUPERVISOR:
+        return supervisors.lever(owner)
     what = gpu_owner.describe(owner)
     if owner['kind'] == gpu_owner.POD:
         pod = owner['pod'] or {}

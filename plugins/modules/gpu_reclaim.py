@@ -15,7 +15,8 @@ version_added: "1.0.0"
 description:
   - Finds the holders of the selected GPUs (O(gpus)) exactly as M(gpuops.reclaim.gpu_holders)
     does, then escalates on them only; processes that hold only other GPUs are never touched
-  - 0. stops the container that owns a holder through its runtime (O(stop_containers));
+  - 0. stops the container that owns a holder through its runtime (O(stop_containers)), and the
+    program of a holder that a process supervisor runs through that supervisor (O(stop_supervised));
   - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
     bring it back; a unit of a user's own manager is stopped through that manager, as that user;
   - Levers and shields follow a trust boundary. Only cgroups root named choose a system unit
@@ -118,6 +119,25 @@ options:
       - With V(false), a holder whose container restarts it (its runtime reports a restart
         policy) is left alone, since killing it would only bring it back, and the failure names
         the container.
+    type: bool
+    default: true
+  stop_supervised:
+    description:
+      - Stop the program of a holder that a process supervisor runs through that supervisor, before
+        any signal, so its autorestart cannot bring the holder back: supervisord (C(supervisorctl
+        -c CONF stop PROGRAM)), runit (C(sv -w GRACE force-stop DIR)), s6 (C(s6-svc -wd -T MS -d
+        DIR)), pm2 (C(pm2 stop NAME), run as the daemon's user). Every other program of that
+        supervisor, the supervisor and its systemd unit keep running; the unit is never stopped
+        whole (O(stop_units) does not apply to it). The program is watched to stay down (its
+        supervisor's status) before the GPUs count as free.
+      - The supervisor is recognised by identity on the holder's ancestry, never by a title or a
+        command line: its unit's MainPID (systemd's record), a root-owned executable, root-owned
+        service directories; the program from the supervisor's own status, matched by PID (see
+        M(gpuops.reclaim.gpu_holders), owner kind C(supervisor)).
+      - A supervised holder is never signalled. With V(false), or when the supervisor's CLI is
+        missing, does not answer within O(nvml_timeout) or refuses, it is left and the failure
+        names the exact command to run by hand (e.g. C(supervisorctl -c
+        /etc/supervisor/supervisord.conf stop worker)).
     type: bool
     default: true
   match:

@@ -193,7 +193,6 @@ def test_supervised_programs_sit_in_the_supervisors_unit(lab, supervised):
     assert [h["pid"] for h in holders["holders"]] == [holder]
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM3)
 def test_holders_names_the_supervisor_and_the_program(lab, supervised):
     node, supervisor, holder, _bystander = supervised
 
@@ -204,7 +203,6 @@ def test_holders_names_the_supervisor_and_the_program(lab, supervised):
     assert (owner["runtime"], owner["name"], owner["unit"]) == (supervisor.name, HOLDER, supervisor.unit)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM3)
 def test_holder_is_stopped_through_its_supervisor_and_every_other_program_keeps_running(lab, supervised):
     node, supervisor, holder, bystander = supervised
     _state, main_pid = unit_main_pid(lab, node, supervisor.unit)
@@ -229,7 +227,6 @@ def test_holder_is_stopped_through_its_supervisor_and_every_other_program_keeps_
     assert supervisor.stopped(lab, node, HOLDER)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM3)
 def test_without_the_supervisor_lever_the_failure_names_the_exact_command(lab, supervised):
     node, supervisor, holder, bystander = supervised
 
