@@ -582,14 +582,25 @@ def skip_code(holder, match_patterns):
     if owner.get('kind') == gpu_owner.SUPERVISOR:
         # Its supervisor restarts what is killed: only its own stop is a lever (gpu_supervisor).
         return supervisors.skip_code(owner)
+    if runtime_unreachable(owner):
+        # Its restart policy could not be read, and its runtime's stop is the lever: nothing is
+        # signalled (a killed holder may come straight back), the failure names the command.
+        return owner['cli_error']['code']
     return None
+
+
+def runtime_unreachable(owner):
+    """Whether the owner is a container root named whose runtime's CLI (which this module
+    would stop it with) is missing, hung or refused."""
+    row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
+    return owner.get('kind') == gpu_owner.CONTAINER and bool(owner.get('cli_error')) and bool(row.get('stop')) \
+        and owner.get('controlled_by') == gpu_owner.ROOT and bool(owner.get('id'))
 
 
 def skip_sentence(holder, code):
     """The `reason` sentence for a skip_code."""
-    if (holder.get('owner') or {}).get('kind') == gpu_owner.SUPERVISOR and code not in (
-            INIT, PROTECTED, ZOMBIE, UNMATCHED):
-        return 'supervised: %s' % supervisors.lever(holder['owner'])
+    if code not in (INIT, PROTECTED, ZOMBIE, UNMATCHED):
+        return owner_lever(holder)
     if code == INIT:
         return 'PID %d is never signalled' % holder['pid']
     if code == PROTECTED:
@@ -750,6 +761,11 @@ def owner_lever(holder):
                    'NAME:.metadata.name,UID:.metadata.uid | grep %s`' % pod.get('uid'))
         return ('it belongs to %s and is never signalled from under the kubelet: delete or evict '
                 'the pod (%s, or drain the node)' % (what, how))
+    if runtime_unreachable(owner):
+        stop = ' '.join(gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=10))
+        return ('it runs in %s, and %s: nothing was signalled (its restart policy is unknown); stop the '
+                'container by hand once %s answers: `%s`' % (what, escape_text(owner['cli_error']['text']),
+                                                             owner['runtime'], escape_text(stop)))
     container = stoppable_container(holder)
     if container:
         stop = ' '.join(gpu_owner.runtime_argv(container['runtime'], 'stop', container, grace=10))

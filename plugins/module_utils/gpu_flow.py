@@ -357,6 +357,7 @@ def name_owners(holders, timeout, asked):
             asked[key] = observe.runtime_details(owner, timeout)
         details = dict(asked[key])
         pod = details.pop('pod', None)
+        owner['cli_error'] = details.pop('cli_error', None)
         for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
             details.pop(fact, None)
         owner.update((k, v) for k, v in details.items() if v is not None)
@@ -424,11 +425,9 @@ def _supervised_owner(owner, found, timeout, surveyor):
     program_id, name = program or ((service, os.path.basename(service)) if service else (None, None))
     new = gpu_owner.new_owner(gpu_owner.SUPERVISOR, owner['cgroup'], runtime=runtime, id=program_id, name=name,
                               unit=owner['unit'], manager=owner['manager'], controlled_by=owner['controlled_by'],
-                              uid=owner['uid'], confirmed=owner['confirmed'],
-                              supervisor=dict(found, error=error))
-    error = surveyor.supervisor_errors.get(supervisors.key(new))
-    if error and not new['supervisor']['error']:
-        new['supervisor']['error'] = error
+                              uid=owner['uid'], confirmed=owner['confirmed'], cli_error=error,
+                              supervisor=dict((k, v) for k, v in found.items() if k != 'runtime'))
+    new['cli_error'] = error or surveyor.supervisor_errors.get(supervisors.key(new))
     return new
 
 
@@ -659,7 +658,7 @@ class Ladder(object):
             if changed:
                 self.ended_gpus.update(g for h in mine for g in h['gpus'])
             if error:
-                self.surveyor.supervisor_errors[key] = error
+                getattr(self.surveyor, 'supervisor_errors', {})[key] = error
             self._record(act.Action('stop_supervised', supervisors.describe(owner), result, changed,
                                     runtime=owner['runtime'], program=owner['name'], unit=owner['unit'],
                                     command=supervisors.manual(owner)), since)
@@ -790,7 +789,7 @@ class Ladder(object):
         if self.stop_units:
             # A supervisor's unit is never stopped whole (it ends every program it runs): a holder
             # left in it outside the supervisor (an orphan of a stopped program) is signalled.
-            protected_units = set(protected_units) | self.surveyor.supervisor_units
+            protected_units = set(protected_units) | set(getattr(self.surveyor, 'supervisor_units', ()))
             units = decide.units_to_stop(targets, protected_units, self.surveyor.backend.infrastructure_units)
             for unit in units:
                 since = self.clock()

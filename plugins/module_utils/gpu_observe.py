@@ -556,19 +556,27 @@ def user_unit_facts(uid, unit, timeout=10):
 
 def runtime_details(owner, timeout=10):
     """What a container's, pod's or guest's runtime says about it (gpu_owner.parse_inspect):
-    its readable name, restart policy, pod. Empty when the runtime's CLI is not on this host,
-    fails or does not answer within `timeout` seconds: the owner is then named by its id."""
+    its readable name, restart policy, pod. Only `cli_error` ({'code': gpu_owner.CLI_MISSING,
+    CLI_TIMEOUT or CLI_FAILED, 'text'}) when the runtime's CLI is not on this host, fails or
+    does not answer within `timeout` seconds: the owner is then named by its id; empty for a
+    runtime this module has no CLI for."""
     row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
     argv = gpu_owner.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
-    if not argv or not row.get('cli') or not which(row['cli']):
+    if not argv or not row.get('cli'):
         return {}
+    said = ' '.join(argv)
+    if not which(row['cli']):
+        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': '%s is not on PATH here' % row['cli']}}
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                              check=False, universal_newlines=True)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
+    except subprocess.TimeoutExpired:
+        return {'cli_error': {'code': gpu_owner.CLI_TIMEOUT, 'text': '`%s` did not answer within %ss' % (said, timeout)}}
+    except OSError as exc:
+        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': '`%s` could not start: %s' % (said, exc)}}
     if out.returncode != 0:
-        return {}
+        return {'cli_error': {'code': gpu_owner.CLI_FAILED, 'text': '`%s` failed (rc=%d): %s' % (
+            said, out.returncode, (out.stderr or out.stdout).strip()[-300:])}}
     details = gpu_owner.parse_inspect(row['parse'], out.stdout)
     # The runtime's word that this id is the holder's: the cgroup of the init PID it gives
     # (gpu_trust.confirm compares its container id with the holder's).
@@ -757,9 +765,9 @@ def supervisor_status(argv, timeout, uid=None, home=None):
     """(code, output) of a supervisor's status command, bounded: code 'ok', or one of
     gpu_supervisor's CLI_MISSING, CLI_TIMEOUT, CLI_FAILED with what went wrong. Run as user
     `uid` (with PM2_HOME `home`) when given: pm2's daemon is that user's."""
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as sup
+    sup = gpu_owner
     if not which(argv[0]):
-        return sup.CLI_MISSING, '%s is not on PATH here (%s)' % (argv[0], os.environ.get('PATH', ''))
+        return sup.CLI_MISSING, '%s is not on PATH here' % argv[0]
     keywords = {}
     if uid:
         try:

@@ -37,6 +37,8 @@ POD, CONTAINER, GUEST, USER, SERVICE, SESSION, SCOPE, NONE = (
 # A process supervisor's program (gpu_supervisor): never read from a cgroup, only from the
 # holder's ancestry (gpu_flow.supervise_owners); it ranks after container and guest, before service.
 SUPERVISOR = 'supervisor'
+# Why an owner's CLI (a runtime's, a supervisor's) gave no answer: `cli_error` {'code', 'text'}.
+CLI_MISSING, CLI_TIMEOUT, CLI_FAILED = 'cli_missing', 'cli_timeout', 'cli_failed'
 # Who chose the names of an owner's cgroup: root alone, a user (`uid`), or unknown (a
 # directory that could not be read, a path outside this cgroup namespace).
 ROOT, BY_USER, UNKNOWN = 'root', 'user', 'unknown'
@@ -118,11 +120,13 @@ def new_owner(kind, cgroup=None, **fields):
     `controlled_by` (ROOT, BY_USER, UNKNOWN) and `uid` say who chose the cgroup's names;
     `manager` whose systemd manager `unit` is (SYSTEM_MANAGER, USER_MANAGER, None);
     `confirmed` whether that manager or the container's runtime confirmed that it owns this
-    cgroup (gpu_trust.confirm; None until asked)."""
+    cgroup (gpu_trust.confirm; None until asked); `supervisor` a process supervisor's facts
+    (kind SUPERVISOR, gpu_supervisor); `cli_error` {'code': CLI_MISSING, CLI_TIMEOUT or
+    CLI_FAILED, 'text'} when the owner's CLI was asked and gave no answer."""
     owner = {'kind': kind, 'runtime': None, 'id': None, 'name': None, 'namespace': None,
              'unit': None, 'guest_unit': None, 'pod': None, 'restart_policy': None,
              'cgroup': cgroup, 'controlled_by': ROOT, 'uid': None, 'manager': None,
-             'confirmed': None, 'supervisor': None}
+             'confirmed': None, 'supervisor': None, 'cli_error': None}
     owner.update(fields)
     return owner
 

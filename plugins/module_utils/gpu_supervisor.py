@@ -43,6 +43,7 @@ import json
 import os
 import re
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_owner import CLI_FAILED, CLI_MISSING, CLI_TIMEOUT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # How many ancestors above a holder are looked at: the program may be the holder itself
@@ -58,10 +59,9 @@ MAX_DEPTH = 4
 STAY_DOWN_S = 1.5
 
 # Why a supervised holder is left (the `remaining` entries' reason_code; sentences in lever()).
+# The CLI's own failures are gpu_owner's CLI_MISSING, CLI_TIMEOUT, CLI_FAILED (the same for a
+# container's runtime).
 LEVER_OFF = 'supervised'            # stop_supervised: false
-CLI_MISSING = 'supervisor_cli_missing'
-CLI_TIMEOUT = 'supervisor_cli_timeout'
-CLI_FAILED = 'supervisor_cli_failed'
 NOT_LISTED = 'supervisor_not_listed'  # the status answered and lists no program with that PID
 CAME_BACK = 'supervisor_restarted'    # put down, the supervisor started it again
 STOP_FAILED = 'supervisor_stop_failed'
@@ -381,21 +381,18 @@ def describe(owner):
 def stoppable(owner):
     """Whether the supervisor may be asked to stop this program: it was matched by identity, its
     status named the program, and nothing failed."""
-    sup = owner.get('supervisor') or {}
-    return owner.get('kind') == 'supervisor' and bool(owner.get('id')) and not sup.get('error')
+    return owner.get('kind') == 'supervisor' and bool(owner.get('id')) and not owner.get('cli_error')
 
 
 def skip_code(owner):
     """The reason code for a supervised holder the signal ladder leaves to its supervisor."""
-    sup = owner.get('supervisor') or {}
-    error = sup.get('error') or {}
-    return error.get('code') or LEVER_OFF
+    return (owner.get('cli_error') or {}).get('code') or LEVER_OFF
 
 
 def lever(owner):
     """What a person does about a supervised holder that is still there, as a clause."""
     sup = owner.get('supervisor') or {}
-    error = sup.get('error') or {}
+    error = owner.get('cli_error') or {}
     what = describe(owner)
     command = manual(owner)
     code = error.get('code')

@@ -329,8 +329,17 @@ holders:
             - "C(pid), C(start_time): the supervisor (supervisord, runsvdir, s6-svscan, pm2's
               daemon); C(program_pid): its child on the holder's path; C(service): the service
               directory (runit, s6: the monitor's cwd); C(conf): supervisord's C(-c); C(home),
-              C(uid): pm2's home and user; C(error): null, or C({code, text}) when its CLI is
-              missing, did not answer within O(nvml_timeout), refused or listed no such program."
+              C(uid): pm2's home and user."
+          type: dict
+        cli_error:
+          description:
+            - "Null, or C({code, text}) when the owner's CLI (a container's runtime, a supervisor's
+              status) was asked and gave no answer: C(code) cli_missing (not on PATH),
+              cli_timeout (no answer within O(nvml_timeout)), cli_failed (a refusing exit or output
+              not understood), or for a supervisor supervisor_not_listed (its status lists no
+              program with that PID)."
+            - "M(gpuops.reclaim.gpu_reclaim) signals no such holder of a container or supervisor:
+              its failure names the command to run by hand."
           type: dict
       sample: {kind: container, runtime: podman, id: 9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b,
                name: sglang, namespace: null, unit: libpod-9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b.scope,
