@@ -371,11 +371,11 @@ def running_pid(runtime, entries, program_id):
 # --- the lever, and its sentences ----------------------------------------------------------------
 
 def describe(owner):
-    """'supervisord program worker (supervisor.service)'."""
+    """'supervisord program worker (supervisor PID 40, supervisor.service)'."""
     sup = owner.get('supervisor') or {}
-    what = escape_text(owner.get('name')) or 'PID %s' % sup.get('program_pid')
+    what = escape_text(owner.get('name')) or 'with PID %s' % sup.get('program_pid')
     unit = ', %s' % escape_text(owner['unit']) if owner.get('unit') else ''
-    return '%s program %s (PID %s%s)' % (owner.get('runtime'), what, sup.get('pid'), unit)
+    return '%s program %s (supervisor PID %s%s)' % (owner.get('runtime'), what, sup.get('pid'), unit)
 
 
 def stoppable(owner):
