@@ -463,7 +463,7 @@ def _guest_unit(holder):
 
 
 class Ladder(object):
-    """stop container -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
+    """stop container -> stop supervised program -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
 
     One path for real runs and check mode: the actor decides whether a step acts or is only
     recorded; every step is a gpu_act.Action in self.actions.
