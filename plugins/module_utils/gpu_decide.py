@@ -18,6 +18,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
@@ -584,6 +585,7 @@ next_lever = say.next_lever
 failure_message = say.failure_message
 is_container_init = lever.is_container_init
 container_restarts = lever.restart_policy
+runtime_unreachable = lever.runtime_unreachable
 
 
 def containers_to_stop(holders, selected, match_patterns, protected_ids=frozenset()):
@@ -597,6 +599,21 @@ def containers_to_stop(holders, selected, match_patterns, protected_ids=frozense
             continue
         chosen = lever.container_lever(holder, match_patterns, protected_ids)
         if chosen.refusal is None and all(c['id'] != chosen.owner['id'] for c in found):
+            found.append(chosen.owner)
+    return found
+
+
+def supervised_to_stop(holders, selected, match_patterns):
+    """The supervisor owners (gpu_supervisor) of holders of the selected GPUs whose program its
+    supervisor may stop (gpu_lever.supervised_lever), first seen first, each once."""
+    selected = set(selected)
+    found, seen = [], set()
+    for holder in holders:
+        if not set(holder['context_gpus']) & selected:
+            continue
+        chosen = lever.supervised_lever(holder, match_patterns)
+        if chosen.refusal is None and chosen.key not in seen:
+            seen.add(chosen.key)
             found.append(chosen.owner)
     return found
 

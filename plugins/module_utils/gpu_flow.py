@@ -25,6 +25,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
@@ -46,6 +47,7 @@ RECLAIM_ARGUMENT_SPEC = dict(
     passes=dict(type='int', default=3, no_log=False),
     stop_units=dict(type='bool', default=True),
     stop_containers=dict(type='bool', default=True),
+    stop_supervised=dict(type='bool', default=True),
     match=dict(type='list', elements='str', default=[]),
     force=dict(type='bool', default=False),
     allow_reset=dict(type='bool', default=False),
@@ -113,7 +115,8 @@ def ladder_from_params(params, check_mode):
                   term_timeout=params['term_timeout'], release_timeout=params['release_timeout'],
                   passes=params['passes'], stop_units=params['stop_units'], match=params['match'],
                   force=params['force'], allow_reset=params['allow_reset'], check_mode=check_mode,
-                  stop_containers=params['stop_containers'], peers=params['peers'])
+                  stop_containers=params['stop_containers'], peers=params['peers'],
+                  stop_supervised=params['stop_supervised'])
 
 
 class Survey(object):
@@ -165,6 +168,12 @@ class Surveyor(object):
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
         self.owner_details = {}   # (runtime, id) -> what its CLI said, asked once per run
         self.last_facts = ({}, {})   # the last survey's unit and runtime facts (_facts_of)
+        # gpu_supervisor: (row, pid, start) -> the supervisor's last status, or its CLI's failure;
+        # what the ladder learnt since about a program (gpu_supervisor.key -> error); the system
+        # units whose MainPID is a supervisor (never stopped whole).
+        self.supervisor_status = {}
+        self.supervisor_errors = {}
+        self.supervisor_units = set()
         self.access = access.read_access(proc)
 
     def protected_containers(self):
@@ -214,6 +223,7 @@ class Surveyor(object):
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
                                                         self.free_threshold_mib, facts)
         name_owners(holders, self.nvml_timeout, self.owner_details)
+        supervise_owners(holders, units, self.nvml_timeout, self, self.proc)
         spared = [h for h in holders if h['unit'] in self.spare_units and set(h['gpus']) & set(selected)]
         survey = self._survey(snapshot, selected, holders, clients, unconfirmed, spared)
         held = set(row['index'] for row in survey.rows if not row['free'])
@@ -349,11 +359,78 @@ def name_owners(holders, timeout, asked):
             asked[key] = observe.runtime_details(owner, timeout)
         details = dict(asked[key])
         pod = details.pop('pod', None)
+        owner['cli_error'] = details.pop('cli_error', None)
         for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
             details.pop(fact, None)
         owner.update((k, v) for k, v in details.items() if v is not None)
         if pod and owner['kind'] == 'pod':
             owner['pod'] = dict(owner['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
+
+
+def supervise_owners(holders, units, timeout, surveyor, proc='/proc'):
+    """Make the owner of each holder that a process supervisor runs (gpu_supervisor) that
+    supervisor's program: matched by identity on the holder's ancestry, the program from the
+    supervisor's own status (asked once per supervisor and survey while it answers; a CLI that
+    is missing or hangs is not asked again this run). A holder in a container, pod or guest is
+    theirs. Also notes the system units whose MainPID is a supervisor (never stopped whole)."""
+    for holder in holders:
+        owner = holder['owner']
+        if owner['kind'] in (gpu_owner.CONTAINER, gpu_owner.POD, gpu_owner.GUEST):
+            continue
+        system = owner['kind'] == gpu_owner.SERVICE and owner['manager'] == gpu_owner.SYSTEM_MANAGER \
+            and owner['confirmed'] and owner['controlled_by'] == gpu_owner.ROOT
+        facts = units.get(owner['unit']) if system else None
+        main_pid = facts[3] if facts and len(facts) > 3 else None
+        chain = observe.supervisor_chain(holder['pid'], proc)
+        if not chain or chain[0].start_time != holder['start_time']:
+            continue
+        if main_pid and owner['unit'] not in surveyor.supervisor_units and \
+                supervisors.daemon_row(observe.supervisor_chain(main_pid, proc, depth=0), main_pid):
+            surveyor.supervisor_units.add(owner['unit'])
+        found = supervisors.match(chain, main_pid)
+        if not found:
+            continue
+        if system:
+            surveyor.supervisor_units.add(owner['unit'])
+        holder['owner'] = _supervised_owner(owner, found, timeout, surveyor)
+
+
+def _supervised_owner(owner, found, timeout, surveyor):
+    runtime = found['runtime']
+    row = supervisors.SUPERVISORS[runtime]
+    key = (runtime, found['pid'], found['start_time'])
+    service = found['service']
+    status = surveyor.supervisor_status.get(key)
+    program = supervisors.program_of(runtime, status[1], found['program_pid'], service) \
+        if status and status[0] == 'ok' else None
+    if program is None and not (status and status[0] in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT)):
+        argv = supervisors.argv(runtime, 'status', found, service)
+        code, text = observe.supervisor_status(argv, timeout, found['uid'] if row['as_user'] else None,
+                                               found['home'])
+        entries = supervisors.parse_status(row['parse'], text) if code not in (
+            supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT) else None
+        if entries is not None:
+            status = ('ok', entries)
+        elif code in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT):
+            status = (code, text)
+        else:
+            status = (supervisors.CLI_FAILED, '`%s` failed (%s): %s' % (' '.join(argv), code, text[-300:]))
+        surveyor.supervisor_status[key] = status
+        if status[0] == 'ok':
+            program = supervisors.program_of(runtime, entries, found['program_pid'], service)
+    error = None
+    if status[0] != 'ok':
+        error = {'code': status[0], 'text': status[1]}
+    elif program is None:
+        error = {'code': supervisors.NOT_LISTED, 'text': 'its status lists no program with PID %d'
+                 % found['program_pid']}
+    program_id, name = program or ((service, os.path.basename(service)) if service else (None, None))
+    new = gpu_owner.new_owner(gpu_owner.SUPERVISOR, owner['cgroup'], runtime=runtime, id=program_id, name=name,
+                              unit=owner['unit'], manager=owner['manager'], controlled_by=owner['controlled_by'],
+                              uid=owner['uid'], confirmed=owner['confirmed'], cli_error=error,
+                              supervisor=dict((k, v) for k, v in found.items() if k != 'runtime'))
+    new['cli_error'] = error or surveyor.supervisor_errors.get(supervisors.key(new))
+    return new
 
 
 def survey_result(survey):
@@ -382,7 +459,7 @@ _guest_unit = lever.guest_unit
 
 
 class Ladder(object):
-    """stop container -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
+    """stop container -> stop supervised program -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
 
     Each pass reads plan (gpu_lever: the levers of what holds the selected GPUs), pull (the
     owners' stops, then the signals), watch (gpu_respawn.Comebacks: everything that could bring
@@ -396,13 +473,15 @@ class Ladder(object):
                  release_timeout=_default('release_timeout'), passes=_default('passes'),
                  stop_units=_default('stop_units'), match=None, force=_default('force'),
                  allow_reset=_default('allow_reset'), check_mode=False, clock=time.monotonic,
-                 actor=None, stop_containers=_default('stop_containers'), peers=_default('peers')):
+                 actor=None, stop_containers=_default('stop_containers'), peers=_default('peers'),
+                 stop_supervised=_default('stop_supervised')):
         self.surveyor = surveyor
         self.term_timeout = term_timeout
         self.release_timeout = release_timeout
         self.passes = passes
         self.stop_units = stop_units
         self.stop_containers = stop_containers
+        self.stop_supervised = stop_supervised
         self.match = pattern_set(match, 'match')
         if self.match:
             surveyor.pattern_sets.append(self.match)
@@ -468,6 +547,10 @@ class Ladder(object):
             # Containers first: a container's init is reachable no other way, and its restart
             # policy brings back whatever is killed inside.
             if self.stop_containers and self._stop_containers(current, protected_containers):
+                current = self._look()
+                if current.free:
+                    break
+            if self.stop_supervised and self._stop_supervised(current):
                 current = self._look()
                 if current.free:
                     break
@@ -574,9 +657,9 @@ class Ladder(object):
                 levers.append(chosen)
         return levers
 
-    def _pull(self, chosen):
+    def _pull(self, chosen, holders=()):
         """Pull an owner's lever (gpu_lever.Lever) through the actor; records the step and returns
-        whether it changed the host."""
+        whether it changed the host. `holders`: the supervised holders a supervisor's stop ends."""
         grace = 0 if self.force else self.term_timeout
         since = self.clock()
         owner = chosen.owner
@@ -584,6 +667,15 @@ class Ladder(object):
             result, changed = self.actor.stop_container(owner, grace)
             action = act.Action('stop_container', gpu_owner.describe(owner), result, changed,
                                 container=owner['id'], runtime=owner['runtime'], name=owner['name'])
+        elif chosen.kind == lever.STOP_SUPERVISED:
+            result, changed, error = self.actor.stop_supervised(owner, holders, grace, self.surveyor.nvml_timeout)
+            if changed:
+                self.ended_gpus.update(g for h in holders for g in h['gpus'])
+            if error:
+                getattr(self.surveyor, 'supervisor_errors', {})[chosen.key] = error
+            action = act.Action('stop_supervised', supervisors.describe(owner), result, changed,
+                                runtime=owner['runtime'], program=owner['name'], unit=owner['unit'],
+                                command=supervisors.manual(owner))
         elif chosen.kind == lever.STOP_UNIT:
             result, changed = self.actor.stop_unit(chosen.key, grace)
             action = act.Action('stop_unit', chosen.key, result, changed, unit=chosen.key)
@@ -591,10 +683,28 @@ class Ladder(object):
             uid, unit = chosen.key
             result, changed = self.actor.stop_user_unit(uid, unit, grace)
             action = act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid)
-        if changed and chosen.kind != lever.STOP_CONTAINER:
+        if changed and chosen.kind in (lever.STOP_UNIT, lever.STOP_USER_UNIT):
             self.watch.units.add(chosen.key)
         self._record(action, since)
         return changed
+
+    def _stop_supervised(self, survey):
+        """Stop, through its own supervisor, the program of each supervised holder of the selected
+        GPUs (gpu_lever.supervised_lever), and watch that it stays down; True when any was asked.
+        A failure is kept on the surveyor, so the holder is named with it, never signalled."""
+        holders = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
+        selected, levers = set(survey.selected), []
+        for holder in holders:
+            if not set(holder['context_gpus']) & selected:
+                continue
+            chosen = lever.supervised_lever(holder, self.match)
+            if chosen.refusal is None and chosen.key not in self.watch.supervised \
+                    and all(chosen.key != other.key for other in levers):
+                levers.append(chosen)
+        for chosen in levers:
+            self.watch.supervised.add(chosen.key)
+            self._pull(chosen, [h for h in holders if supervisors.key(h['owner']) == chosen.key])
+        return bool(levers)
 
     # --- respawns (gpu_respawn: which ancestors are watched, what counts as a respawn) -----------
 
@@ -719,6 +829,9 @@ class Ladder(object):
 
     def _escalate(self, targets, protected_units):
         if self.stop_units:
+            # A supervisor's unit is never stopped whole (it ends every program it runs): a holder
+            # left in it outside the supervisor (an orphan of a stopped program) is signalled.
+            protected_units = set(protected_units) | set(getattr(self.surveyor, 'supervisor_units', ()))
             # A user's own service goes through her own manager, run as her: it can stop
             # nothing she could not stop herself. System units first, then users' units.
             levers = self._plan_units(targets, protected_units)

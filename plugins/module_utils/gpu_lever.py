@@ -26,6 +26,7 @@ __metaclass__ = type
 import collections
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
 
 # What a lever does (Lever.kind). The first three are also gpu_act's method names and the
@@ -33,6 +34,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as
 STOP_UNIT = trust.STOP_UNIT                # `systemctl stop UNIT`
 STOP_USER_UNIT = trust.STOP_USER_UNIT      # `systemctl --user stop UNIT`, as that user
 STOP_CONTAINER = trust.STOP_CONTAINER      # the runtime's stop (never a removal)
+STOP_SUPERVISED = 'stop_supervised'        # one program through its own supervisor
 STOP_GUEST_UNIT = 'stop_guest_unit'        # by hand: the unit inside a guest
 DELETE_POD = 'delete_pod'                  # by hand: the Kubernetes API
 STOP_BY_HAND = 'stop_by_hand'              # by hand: a container init no runtime here reaches
@@ -45,6 +47,7 @@ WATCH_UNIT = 'unit_restart'        # the unit's Restart= (stopping the unit ends
 WATCH_CONTAINER = 'restart_policy'  # the runtime's restart policy (stopping the container ends it)
 WATCH_GUEST = 'guest_systemd'      # a guest's own systemd (the GPUs polled after the kill)
 WATCH_PARENT = 'parent'            # a live ancestor (gpu_respawn.Watch, the settle window)
+WATCH_SUPERVISOR = 'supervisor_status'  # the supervisor's status, read down and staying down
 
 # Why not (Lever.refusal), beside gpu_trust.REFUSALS's codes.
 OPTION_OFF = 'option_off'          # the option allowing this lever is false (stop_units, ...)
@@ -63,6 +66,8 @@ RESTART_POLICY = 'restart_policy'  # a container whose policy restarts it
 GUEST_INIT = 'guest_init'          # the init of a guest
 UNREACHABLE_INIT = 'unreachable_init'   # the init of a container no runtime here reaches
 GUEST_UNIT = 'guest_unit'          # a service of a guest's own systemd
+SUPERVISED = 'supervised'          # a program of a process supervisor (gpu_supervisor)
+RUNTIME_UNREACHABLE = 'runtime_unreachable'   # a container whose runtime's CLI gave no answer
 
 # Protection (gpu_decide.protection_code; the holder's `protected_code`).
 PID_INIT, KTHREAD, OWN_TREE = 'pid_init', 'kthread', 'own_tree'
@@ -151,8 +156,11 @@ RUNTIMES = {
                        'watch': WATCH_GUEST},
 }
 
-# Process supervisors (issue 19 item 3: their rows land with gpu_supervisor).
-SUPERVISORS = {}
+# Process supervisors: supervisord, runit, s6, pm2. Their rows also say how each is recognised
+# on a holder's ancestry and how its status reads, so they are kept where that matching lives
+# (gpu_supervisor.SUPERVISORS: identity, `status`, `stop`, `kill`, `manual`, `parse`); this is
+# that same table, read here like the others (supervised_lever).
+SUPERVISORS = supervisors.SUPERVISORS
 
 
 def _fill(template, values):
@@ -205,7 +213,23 @@ def skip_code(holder, match_patterns):
         return ZOMBIE
     if not matches(holder, match_patterns):
         return UNMATCHED
+    owner = _owner(holder)
+    if owner.get('kind') == gpu_owner.SUPERVISOR:
+        # Its supervisor restarts what is killed: only its own stop is a lever (gpu_supervisor).
+        return supervisors.skip_code(owner)
+    if runtime_unreachable(owner):
+        # Its restart policy could not be read, and its runtime's stop is the lever: nothing is
+        # signalled (a killed holder may come straight back), the failure names the command.
+        return owner['cli_error']['code']
     return None
+
+
+def runtime_unreachable(owner):
+    """Whether the owner is a container root named whose runtime's CLI (which this module
+    would stop it with) is missing, hung or refused."""
+    row = RUNTIMES.get(owner.get('runtime')) or {}
+    return owner.get('kind') == gpu_owner.CONTAINER and bool(owner.get('cli_error')) and bool(row.get('stop')) \
+        and owner.get('controlled_by') == gpu_owner.ROOT and bool(owner.get('id'))
 
 
 def signal_lever(holder, match_patterns):
@@ -281,6 +305,29 @@ def container_lever(holder, match_patterns=(), protected_ids=frozenset(), allowe
                  WATCH_CONTAINER if restart_policy(holder) else None)
 
 
+def supervised_lever(holder, match_patterns=(), allowed=True, grace=0):
+    """One program stopped through its own supervisor (a row of SUPERVISORS): only a program its
+    supervisor, matched by identity, named in its status, whose CLI answered; never a protected
+    or zombie holder's, never one outside `match`."""
+    owner = _owner(holder)
+    if owner.get('kind') != gpu_owner.SUPERVISOR:
+        return lever(STOP_SUPERVISED, None, owner, refusal=trust.NOT_THAT_OWNER)
+    key = supervisors.key(owner)
+    if not supervisors.stoppable(owner):
+        refusal = supervisors.skip_code(owner)
+    elif holder['protected']:
+        refusal = PROTECTED
+    elif holder['state'] == 'zombie':
+        refusal = ZOMBIE
+    elif not matches(holder, match_patterns):
+        refusal = UNMATCHED
+    else:
+        refusal = None if allowed else OPTION_OFF
+    argv = supervisors.argv(owner['runtime'], 'stop', owner['supervisor'], owner['id'], grace) \
+        if owner.get('id') and owner.get('supervisor') else None
+    return lever(STOP_SUPERVISED, key, owner, argv, refusal, WATCH_SUPERVISOR)
+
+
 def guest_unit(holder):
     """(guest cgroup, service inside it) for a holder run by a guest's own systemd service: the
     key of its WATCH_GUEST watch; None otherwise."""
@@ -311,8 +358,14 @@ def by_hand(holder):
     which; None when the owner calls for nothing beyond the signals."""
     owner = _owner(holder)
     kind = owner['kind']
+    if kind == gpu_owner.SUPERVISOR:
+        return supervised_lever(holder)._replace(why=SUPERVISED)
     if kind == gpu_owner.POD:
         return lever(DELETE_POD, owner.get('pod'), owner, refusal=NO_STOP, why=POD_OWNS)
+    if runtime_unreachable(owner):
+        return lever(STOP_CONTAINER, (owner['runtime'], owner['id']), owner,
+                     runtime_argv(owner['runtime'], 'stop', owner, grace=10), owner['cli_error']['code'],
+                     why=RUNTIME_UNREACHABLE)
     container = container_lever(holder, grace=10)
     if container.refusal in (None, OPTION_OFF, UNMATCHED, CALLERS, PROTECTED) and container.argv:
         if is_container_init(holder):

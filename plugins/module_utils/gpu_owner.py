@@ -34,6 +34,11 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import esc
 # 'user': a cgroup a local user controls (see the module doc): never a root lever.
 POD, CONTAINER, GUEST, USER, SERVICE, SESSION, SCOPE, NONE = (
     'pod', 'container', 'guest', 'user', 'service', 'session', 'scope', 'none')
+# A process supervisor's program (gpu_supervisor): never read from a cgroup, only from the
+# holder's ancestry (gpu_flow.supervise_owners); it ranks after container and guest, before service.
+SUPERVISOR = 'supervisor'
+# Why an owner's CLI (a runtime's, a supervisor's) gave no answer: `cli_error` {'code', 'text'}.
+CLI_MISSING, CLI_TIMEOUT, CLI_FAILED = 'cli_missing', 'cli_timeout', 'cli_failed'
 # Who chose the names of an owner's cgroup: root alone, a user (`uid`), or unknown (a
 # directory that could not be read, a path outside this cgroup namespace).
 ROOT, BY_USER, UNKNOWN = 'root', 'user', 'unknown'
@@ -69,11 +74,13 @@ def new_owner(kind, cgroup=None, **fields):
     `controlled_by` (ROOT, BY_USER, UNKNOWN) and `uid` say who chose the cgroup's names;
     `manager` whose systemd manager `unit` is (SYSTEM_MANAGER, USER_MANAGER, None);
     `confirmed` whether that manager or the container's runtime confirmed that it owns this
-    cgroup (gpu_trust.confirm; None until asked)."""
+    cgroup (gpu_trust.confirm; None until asked); `supervisor` a process supervisor's facts
+    (kind SUPERVISOR, gpu_supervisor); `cli_error` {'code': CLI_MISSING, CLI_TIMEOUT or
+    CLI_FAILED, 'text'} when the owner's CLI was asked and gave no answer."""
     owner = {'kind': kind, 'runtime': None, 'id': None, 'name': None, 'namespace': None,
              'unit': None, 'guest_unit': None, 'pod': None, 'restart_policy': None,
              'cgroup': cgroup, 'controlled_by': ROOT, 'uid': None, 'manager': None,
-             'confirmed': None}
+             'confirmed': None, 'supervisor': None, 'cli_error': None}
     owner.update(fields)
     return owner
 
@@ -283,7 +290,7 @@ def _pod_owner(parts, index, path):
                      pod={'namespace': None, 'name': None, 'uid': uid})
 
 
-_RANK = {POD: 0, CONTAINER: 1, GUEST: 2, USER: 3, SERVICE: 4, SESSION: 5, SCOPE: 6, NONE: 7}
+_RANK = {POD: 0, CONTAINER: 1, GUEST: 2, USER: 3, SUPERVISOR: 4, SERVICE: 4, SESSION: 5, SCOPE: 6, NONE: 7}
 
 
 def owner_from_cgroup(text, dir_uids=None):
@@ -392,6 +399,9 @@ def describe(owner):
     """A short phrase naming the owner, for messages: 'podman container sglang (3f2a1b0c4d5e)'.
     Names that users or runtimes chose are escaped (gpu_text.escape_text)."""
     kind = owner['kind']
+    if kind == SUPERVISOR:
+        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor
+        return gpu_supervisor.describe(owner)
     short = escape_text((owner['id'] or '')[:12])
     name = escape_text(owner['name'])
     if kind == POD:

@@ -237,6 +237,9 @@ class Comebacks(object):
       and what it started become `next_targets`, or, when its lever is refused, it is named
       (`respawners`);
     - the settle window: once the GPUs read free, `parents` are watched up to WATCH_S;
+    - a supervisor's autorestart (WATCH_SUPERVISOR): its lever stops the program through the
+      supervisor, and gpu_act watches its status stay down; `supervised` are the programs stopped
+      (gpu_supervisor.key), never twice;
     - a guest's own systemd (WATCH_GUEST): `guest_units` ((guest cgroup, unit)) were seen
       restarting what was killed from the host: never signalled again, named instead.
     """
@@ -244,6 +247,7 @@ class Comebacks(object):
     def __init__(self, reader, clock, proc_error):
         self.units = set()
         self.containers = set()
+        self.supervised = set()
         self.parents = Watch(reader, clock, proc_error)
         self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
         self.next_targets = []    # respawners (and their new processes) to end next

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
@@ -42,6 +43,8 @@ def protection(code, detail=None, pid=None):
 
 def skip(holder, code):
     """The `reason` sentence for a gpu_lever.skip_code."""
+    if code not in (lever.INIT, lever.PROTECTED, lever.ZOMBIE, lever.UNMATCHED):
+        return owner_clause(holder, lever.by_hand(holder))   # its owner's lever is the reason
     if code == lever.INIT:
         return 'PID %d is never signalled' % holder['pid']
     if code == lever.PROTECTED:
@@ -81,6 +84,13 @@ def owner_clause(holder, by_hand):
     owner = by_hand.owner
     what = gpu_owner.describe(owner)
     why = by_hand.why
+    if why == lever.SUPERVISED:
+        # A supervisor's sentences sit with its rows (gpu_supervisor.lever), from the same codes.
+        return supervisors.lever(owner)
+    if why == lever.RUNTIME_UNREACHABLE:
+        return ('it runs in %s, and %s: nothing was signalled (its restart policy is unknown); stop the '
+                'container by hand once %s answers: `%s`' % (what, escape_text(owner['cli_error']['text']),
+                                                             owner['runtime'], _argv(by_hand.argv)))
     if why == lever.POD_OWNS:
         pod = owner['pod'] or {}
         if pod.get('name'):

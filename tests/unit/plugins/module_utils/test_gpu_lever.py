@@ -106,3 +106,33 @@ def test_the_next_lever_reads_the_protection_code_not_the_sentence():
     other = dict(container(policy='no'), protected=True, protected_code=lever.PATTERN,
                  protected_reason=say.CONTAINER_INIT)
     assert say.next_lever(other).startswith('it is protected (')
+
+
+def supervised(runtime='supervisord', program='worker', error=None):
+    found = {'pid': 300, 'start_time': 9, 'conf': '/etc/supervisor/supervisord.conf', 'uid': 0,
+             'home': None, 'program_pid': 4242, 'service': None}
+    owner = gpu_owner.new_owner(gpu_owner.SUPERVISOR, '/system.slice/supervisor.service', runtime=runtime,
+                                id=program, name=program, unit='supervisor.service',
+                                manager=gpu_owner.SYSTEM_MANAGER, confirmed=True, cli_error=error,
+                                supervisor=found)
+    return holder(owner, unit='supervisor.service', unit_restart='on-failure')
+
+
+def test_a_supervised_program_is_a_row_of_the_table_stopped_through_its_own_supervisor():
+    assert set(lever.SUPERVISORS) >= {'supervisord', 'runit', 's6', 'pm2'}
+    got = lever.supervised_lever(supervised(), grace=5)
+    assert got.kind == lever.STOP_SUPERVISED and got.refusal is None
+    assert got.argv == ['supervisorctl', '-c', '/etc/supervisor/supervisord.conf', 'stop', 'worker']
+    assert got.watch == lever.WATCH_SUPERVISOR
+    # the signal ladder leaves it to its supervisor; the unit around it is never its lever
+    assert lever.skip_code(supervised(), ()) is not None
+    assert lever.by_hand(supervised()).why == lever.SUPERVISED
+
+
+def test_a_supervised_lever_refuses_with_a_code():
+    assert lever.supervised_lever(supervised(), allowed=False).refusal == lever.OPTION_OFF
+    assert lever.supervised_lever(supervised(), [re.compile('^nomatch$')]).refusal == lever.UNMATCHED
+    assert lever.supervised_lever(dict(supervised(), protected=True)).refusal == lever.PROTECTED
+    missing = supervised(error={'code': gpu_owner.CLI_MISSING, 'text': 'supervisorctl is not on PATH here'})
+    assert lever.supervised_lever(missing).refusal == gpu_owner.CLI_MISSING
+    assert lever.supervised_lever(system_unit()).refusal == trust.NOT_THAT_OWNER
