@@ -815,7 +815,7 @@ class Ladder(object):
         for target in self.watch.take_next_targets():
             if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
                 self.watch.respawners.append(dict(target, reason='the passes ran out before it was ended',
-                                            respawned='see actions'))
+                                                  respawned='see actions'))
         self._thaw()
 
     def _thaw(self):

@@ -68,6 +68,7 @@ _USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
 _VALID_UNIT = re.compile(r'^[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\-]+)?\.(?:service|scope)$')
 UNIT_NAME_MAX = 255
 
+
 def new_owner(kind, cgroup=None, **fields):
     """An owner record with every key present (the RETURN documents them all).
 
