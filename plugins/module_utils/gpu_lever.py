@@ -382,3 +382,27 @@ def by_hand(holder):
         return lever(STOP_GUEST_UNIT, guest_unit(holder), owner, argv, NO_STOP,
                      (RUNTIMES.get(owner['runtime']) or {}).get('watch', WATCH_GUEST), why=GUEST_UNIT)
     return None
+
+
+def of(holder, match_patterns=(), protected_units=(), protected_ids=frozenset(), options=None, is_protected=None):
+    """The one lever the holder's owner calls for, by the owner's kind: a supervised program's
+    supervisor stop, a container's runtime stop, a system unit's or a user's unit's stop, a pod's
+    or guest's lever a person pulls (by_hand), else the signal ladder itself. `options` maps
+    the gpu_reclaim options that allow a lever (stop_units, stop_containers, stop_supervised) to
+    their values (all true when not given)."""
+    options = options or {}
+    owner = _owner(holder)
+    kind = owner.get('kind')
+    if kind == gpu_owner.SUPERVISOR:
+        return supervised_lever(holder, match_patterns, options.get('stop_supervised', True))
+    if kind == gpu_owner.CONTAINER:
+        chosen = container_lever(holder, match_patterns, protected_ids, options.get('stop_containers', True))
+        if chosen.argv or chosen.refusal != NO_STOP:
+            return chosen
+    if kind in (gpu_owner.POD, gpu_owner.GUEST, gpu_owner.CONTAINER):
+        return by_hand(holder) or signal_lever(holder, match_patterns)
+    if owner.get('manager') == gpu_owner.SYSTEM_MANAGER and (holder.get('unit') or '').endswith('.service'):
+        return unit_lever(holder, protected_units, allowed=options.get('stop_units', True), is_protected=is_protected)
+    if owner.get('manager') == gpu_owner.USER_MANAGER:
+        return user_unit_lever(holder, options.get('stop_units', True))
+    return signal_lever(holder, match_patterns)

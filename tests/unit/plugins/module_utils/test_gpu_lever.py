@@ -136,3 +136,18 @@ def test_a_supervised_lever_refuses_with_a_code():
     missing = supervised(error={'code': gpu_owner.CLI_MISSING, 'text': 'supervisorctl is not on PATH here'})
     assert lever.supervised_lever(missing).refusal == gpu_owner.CLI_MISSING
     assert lever.supervised_lever(system_unit()).refusal == trust.NOT_THAT_OWNER
+
+
+def test_one_entry_maps_each_kind_of_owner_to_its_lever():
+    assert lever.of(system_unit()).kind == lever.STOP_UNIT
+    assert lever.of(system_unit(), options={'stop_units': False}).refusal == lever.OPTION_OFF
+    assert lever.of(container()).kind == lever.STOP_CONTAINER
+    assert lever.of(supervised()).kind == lever.STOP_SUPERVISED
+    guest = holder(gpu_owner.owner_from_path('/lxc.payload.gpu1/system.slice/vllm.service'))
+    assert lever.of(guest).kind == lever.STOP_GUEST_UNIT
+    pod = holder(gpu_owner.owner_from_path('/kubepods.slice/kubepods-pod0123abcd_0000_0000_0000_000000000000.slice'))
+    assert lever.of(pod).kind == lever.DELETE_POD
+    orphan = holder(gpu_owner.owner_from_path('/init.scope'), ppid=1)
+    got = lever.of(orphan)
+    assert got.kind == lever.SIGNAL and got.refusal is None and got.key == (4242, 77)
+    assert lever.of(dict(orphan, pid=1)).refusal == lever.INIT
