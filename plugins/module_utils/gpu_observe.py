@@ -730,7 +730,8 @@ def _pm2_home(base, uid):
 def supervisor_chain(pid, proc='/proc', depth=None):
     """gpu_supervisor.Links of `pid` and its ancestors, nearest first, at most
     gpu_supervisor.MAX_DEPTH above it, ending at PID 1 or a process that cannot be read. argv
-    is read for root processes only; pm2's pid file only for a `node`."""
+    is read for root processes only; pm2's pid file only for a `node`. The walk ends at the first
+    ancestor in another cgroup than `pid`'s (a supervisor's programs share its unit's)."""
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor
     depth = gpu_supervisor.MAX_DEPTH if depth is None else depth
     chain = []
@@ -758,6 +759,8 @@ def supervisor_chain(pid, proc='/proc', depth=None):
         chain.append(gpu_supervisor.Link(pid, info.start_time, info.ppid, exe, info.exe_uid, info.uids,
                                          info.cgroup, argv, cwd, cwd_root, pm2, home))
         pid = info.ppid
+        if chain[-1].cgroup != chain[0].cgroup:
+            break
     return chain
 
 
