@@ -264,14 +264,15 @@ class HostActor(object):
             return entries
 
         def down():
+            # The program down by its supervisor's word: a holder below it that outlives it (a
+            # launcher's child) is an orphan the supervisor no longer restarts, for the signals.
             entries = read()
-            return state['error'] is not None or (
-                supervisors.is_down(owner['runtime'], entries, owner['id']) and not self.alive(holders))
+            return state['error'] is not None or supervisors.is_down(owner['runtime'], entries, owner['id'])
 
         _done, waited = wait_for(down, bound, clock=self.clock)
         if state.get('error'):
             return 'failed: %s' % state['error']['text'], rc == 0, state['error']
-        if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']) or self.alive(holders):
+        if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']):
             text = '`%s` (rc=%d: %s) and the program is not down after %ss' % (said, rc, out[-200:], bound)
             return 'failed: %s' % text, rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
         # Stays down: its supervisor's word (down by request) is checked against what it does.
@@ -283,8 +284,11 @@ class HostActor(object):
                     if pid else (state.get('error') or {}).get('text', 'its status failed'))
             return 'failed: %s' % text, True, {'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED,
                                                'text': text}
-        return ('stopped in %s (`%s`); down by its supervisor\'s word, still down %s later'
-                % (_seconds(waited), said, _seconds(watched)), True, None)
+        left = self.alive(holders)
+        return ('stopped in %s (`%s`); down by its supervisor\'s word, still down %s later%s'
+                % (_seconds(waited), said, _seconds(watched),
+                   '; PID %s outlived it (signalled next)' % ', '.join(str(h['pid']) for h in left) if left else ''),
+                True, None)
 
     @staticmethod
     def signal(holder, signum, never):

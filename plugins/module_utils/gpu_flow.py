@@ -373,6 +373,7 @@ def supervise_owners(holders, units, timeout, surveyor, proc='/proc'):
     supervisor's own status (asked once per supervisor and survey while it answers; a CLI that
     is missing or hangs is not asked again this run). A holder in a container, pod or guest is
     theirs. Also notes the system units whose MainPID is a supervisor (never stopped whole)."""
+    checked = set()
     for holder in holders:
         owner = holder['owner']
         if owner['kind'] in (gpu_owner.CONTAINER, gpu_owner.POD, gpu_owner.GUEST):
@@ -381,12 +382,15 @@ def supervise_owners(holders, units, timeout, surveyor, proc='/proc'):
             and owner['confirmed'] and owner['controlled_by'] == gpu_owner.ROOT
         facts = units.get(owner['unit']) if system else None
         main_pid = facts[3] if facts and len(facts) > 3 else None
+        if main_pid and owner['unit'] not in checked:
+            checked.add(owner['unit'])
+            if supervisors.daemon_row(observe.supervisor_chain(main_pid, proc, depth=0), main_pid):
+                surveyor.supervisor_units.add(owner['unit'])
+        if not holder['ppid'] or holder['ppid'] <= 1 or holder['ppid'] in surveyor.own_ancestors:
+            continue   # an orphan of PID 1 (the seeds) or the module's own child: no supervisor above
         chain = observe.supervisor_chain(holder['pid'], proc)
         if not chain or chain[0].start_time != holder['start_time']:
             continue
-        if main_pid and owner['unit'] not in surveyor.supervisor_units and \
-                supervisors.daemon_row(observe.supervisor_chain(main_pid, proc, depth=0), main_pid):
-            surveyor.supervisor_units.add(owner['unit'])
         found = supervisors.match(chain, main_pid)
         if not found:
             continue

@@ -731,7 +731,8 @@ def _pm2_home(base, uid):
 def supervisor_chain(pid, proc='/proc', depth=None):
     """gpu_supervisor.Links of `pid` and its ancestors, nearest first, at most
     gpu_supervisor.MAX_DEPTH above it, ending at PID 1 or a process that cannot be read. argv
-    is read for root processes only; pm2's pid file only for a `node`."""
+    is read for root processes only; pm2's pid file only for a `node`. The walk ends at the first
+    ancestor in another cgroup than `pid`'s (a supervisor's programs share its unit's)."""
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor
     depth = gpu_supervisor.MAX_DEPTH if depth is None else depth
     chain = []
@@ -759,22 +760,24 @@ def supervisor_chain(pid, proc='/proc', depth=None):
         chain.append(gpu_supervisor.Link(pid, info.start_time, info.ppid, exe, info.exe_uid, info.uids,
                                          info.cgroup, argv, cwd, cwd_root, pm2, home))
         pid = info.ppid
+        if chain[-1].cgroup != chain[0].cgroup:
+            break
     return chain
 
 
 def supervisor_status(argv, timeout, uid=None, home=None):
-    """(code, output) of a supervisor's status command, bounded: code 'ok', or one of
-    gpu_supervisor's CLI_MISSING, CLI_TIMEOUT, CLI_FAILED with what went wrong. Run as user
-    `uid` (with PM2_HOME `home`) when given: pm2's daemon is that user's."""
-    sup = gpu_owner
+    """(code, output) of a supervisor's status command, bounded: code 'ok', 'rc=N' (it exited N:
+    `supervisorctl status` exits 3 when a program is not running, so the output decides), or
+    gpu_owner's CLI_MISSING, CLI_TIMEOUT with what went wrong. Run as user `uid` (with PM2_HOME
+    `home`) when given: pm2's daemon is that user's."""
     if not which(argv[0]):
-        return sup.CLI_MISSING, '%s is not on PATH here' % argv[0]
+        return gpu_owner.CLI_MISSING, '%s is not on PATH here' % argv[0]
     keywords = {}
     if uid:
         try:
             entry = pwd.getpwuid(uid)
         except KeyError:
-            return sup.CLI_FAILED, 'user %s does not exist' % uid
+            return gpu_owner.CLI_FAILED, 'user %s does not exist' % uid
         keywords = {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'cwd': '/',
                     'env': {'HOME': entry.pw_dir, 'PM2_HOME': home or entry.pw_dir + '/.pm2',
                             'PATH': os.environ.get('PATH', '/usr/bin:/bin')}}
@@ -782,7 +785,7 @@ def supervisor_status(argv, timeout, uid=None, home=None):
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                              check=False, universal_newlines=True, **keywords)
     except subprocess.TimeoutExpired:
-        return sup.CLI_TIMEOUT, '`%s` did not answer within %ss' % (' '.join(argv), timeout)
+        return gpu_owner.CLI_TIMEOUT, '`%s` did not answer within %ss' % (' '.join(argv), timeout)
     except OSError as exc:
-        return sup.CLI_MISSING, '`%s` could not start: %s' % (' '.join(argv), exc)
+        return gpu_owner.CLI_MISSING, '`%s` could not start: %s' % (' '.join(argv), exc)
     return ('ok' if out.returncode == 0 else 'rc=%d' % out.returncode), out.stdout.strip()

@@ -178,7 +178,7 @@ def match(chain, main_pid):
     if not chain:
         return None
     holder = chain[0]
-    same = [link for link in chain[:MAX_DEPTH + 1]]
+    same = list(chain[:MAX_DEPTH + 1])
     for index in range(1, len(same)):
         if same[index].cgroup != holder.cgroup:
             same = same[:index]
@@ -195,7 +195,7 @@ def _match_row(name, row, chain, index, main_pid):
     link, holder = chain[index], chain[0]
     program = chain[index - 1]
     if row['monitor']:
-        if index + 1 >= len(chain) or _base(link.exe) not in row['monitor'] or index < 1:
+        if index + 1 >= len(chain) or _base(link.exe) not in row['monitor']:
             return None
         daemon = chain[index + 1]
         if _base(daemon.exe) not in row['daemon'] or not (_is_root(link) and _is_root(daemon)):
@@ -235,7 +235,7 @@ def argv(runtime, action, supervisor, program_id, grace=0):
               '{grace}': '%d' % max(1, int(round(grace or 0))),
               '{grace_ms}': '%d' % max(1000, int(round((grace or 0) * 1000)))}
     out = []
-    for index, arg in enumerate(template):
+    for arg in template:
         value = values.get(arg, arg)
         if value is None:
             # No -c: supervisorctl finds supervisord's default config itself.

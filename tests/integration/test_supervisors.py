@@ -288,3 +288,38 @@ def test_without_the_supervisor_lever_the_failure_names_the_exact_command(lab, s
     assert re.search(supervisor.command(HOLDER), result["msg"]), result["msg"]
     assert not [a for a in result["actions"] if a["changed"]], result["actions"]
     assert supervisor.pid(lab, node, HOLDER) == holder and supervisor.pid(lab, node, BYSTANDER) == bystander
+
+
+def test_a_launchers_child_that_outlives_its_stopped_program_is_ended_never_the_unit(lab, runtimes_node):
+    """A supervised launcher whose child holds a GPU too (as SGLang's launcher and its
+    schedulers): supervisorctl stops the program (SIGTERM to the launcher only, supervisord's
+    default), the child outlives it as an orphan that nothing restarts any more, and the ladder
+    ends it with signals; supervisor.service is never stopped and the other program lives."""
+    node, supervisor = runtimes_node, SUPERVISORS["supervisord"]
+    reset(lab, node)
+    try:
+        lab.exec(node, "cat > %s <<'EOF'\n"
+                       "[program:%s]\ncommand=/usr/local/bin/fakegpu hold --gpu 5:300 --child 6:1000:sglang-child "
+                       "--title sglang-launch\nautorestart=true\nstartsecs=1\n"
+                       "[program:%s]\ncommand=%s\nautorestart=true\nstartsecs=1\n"
+                       "EOF\n"
+                       "supervisorctl update >/dev/null" % (supervisor.conf, HOLDER, BYSTANDER, BYSTANDER_CMD))
+        launcher = wait_program(lab, node, supervisor, HOLDER)
+        wait_held(lab, node, 6, 1000)
+        bystander = wait_program(lab, node, supervisor, BYSTANDER)
+        child = int(lab.exec(node, "ps -o pid= --ppid %d" % launcher).stdout.split()[0])
+        _state, main_pid = unit_main_pid(lab, node, supervisor.unit)
+
+        result = lab.module(node, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["5", "6"]))
+
+        assert not result.get("failed"), result.get("msg")
+        assert result["free"] is True
+        steps = [(a["step"], a.get("pid")) for a in result["actions"] if a["changed"]]
+        assert steps[0] == ("stop_supervised", None), result["actions"]
+        assert ("sigterm", child) in steps, result["actions"]
+        assert not [a for a in result["actions"] if a["step"] == "stop_unit"], result["actions"]
+        assert supervisor.stopped(lab, node, HOLDER)
+        assert supervisor.pid(lab, node, BYSTANDER) == bystander
+        assert unit_main_pid(lab, node, supervisor.unit) == ("active", main_pid)
+    finally:
+        reset(lab, node)
