@@ -21,10 +21,12 @@ import signal
 import subprocess
 import time
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
-    ProcessGone, read_identity, user_manager_call)
+    ProcessGone, read_identity, supervisor_status, user_manager_call)
 
 SENT, GONE, REUSED, REFUSED = 'sent', 'gone', 'reused', 'refused'
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT',
@@ -184,16 +186,24 @@ def run_command(argv, timeout, **keywords):
     return out.returncode, out.stdout.strip()
 
 
-def _unit_inactive(unit, user=()):
-    """`user`: ['--user'] and the keywords that run systemctl as that user, for her manager."""
-    flags, keywords = (user[0], user[1]) if user else ([], {})
-    code, state = run_command(['systemctl'] + flags + ['is-active', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S,
-                              **keywords)
+def _unit_inactive(unit, manager=gpu_owner.SYSTEM_MANAGER, keywords=None):
+    """`manager`: whose manager (gpu_lever.UNITS' row); `keywords` run systemctl as that user."""
+    code, state = run_command(gpu_lever.unit_argv(manager, 'is_active', unit), timeout=SYSTEMCTL_TIMEOUT_S,
+                              **(keywords or {}))
     return state in ('inactive', 'failed', 'unknown') or (code != 0 and state not in ('deactivating', 'active'))
 
 
 def _seconds(value):
     return '%.2f s' % value
+
+
+def _as_user(supervisor):
+    """subprocess keywords that run a user's supervisor CLI (pm2) as that user, with its home."""
+    import pwd
+    entry = pwd.getpwuid(supervisor['uid'])
+    return {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'cwd': '/',
+            'env': {'HOME': entry.pw_dir, 'PM2_HOME': supervisor.get('home') or entry.pw_dir + '/.pm2',
+                    'PATH': os.environ.get('PATH', '/usr/bin:/bin')}}
 
 
 class HostActor(object):
@@ -210,7 +220,7 @@ class HostActor(object):
         `--no-block` queues the stop; the state is then polled, bounded by `timeout`, instead
         of blocking for the unit's own TimeoutStopSec (90 s by default).
         """
-        rc, out = run_command(['systemctl', 'stop', '--no-block', '--', unit], timeout=SYSTEMCTL_TIMEOUT_S)
+        rc, out = run_command(gpu_lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'stop', unit), timeout=SYSTEMCTL_TIMEOUT_S)
         if rc != 0:
             return 'failed: %s' % out, False
         done, waited = wait_for(lambda: _unit_inactive(unit), timeout, clock=self.clock)
@@ -224,12 +234,12 @@ class HostActor(object):
         call = user_manager_call(uid)
         if call is None:
             return 'failed: the manager of user %s does not run' % uid, False
-        user = (['--user'], call[1])
-        rc, out = run_command(['systemctl', '--user', 'stop', '--no-block', '--', unit],
+        rc, out = run_command(gpu_lever.unit_argv(gpu_owner.USER_MANAGER, 'stop', unit),
                               timeout=SYSTEMCTL_TIMEOUT_S, **call[1])
         if rc != 0:
             return 'failed: %s' % out, False
-        done, waited = wait_for(lambda: _unit_inactive(unit, user), timeout, clock=self.clock)
+        done, waited = wait_for(lambda: _unit_inactive(unit, gpu_owner.USER_MANAGER, call[1]), timeout,
+                                clock=self.clock)
         if done:
             return 'stopped in %s through the manager of user %s' % (_seconds(waited), uid), True
         return 'stopping (still deactivating after %ss)' % timeout, True
@@ -242,11 +252,69 @@ class HostActor(object):
         The runtime sends the container's stop signal, waits up to `grace` seconds, then SIGKILLs;
         the command returns once the container has exited.
         """
-        argv = gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
+        argv = gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
         if not argv:
             return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
         rc, out = run_command(argv, timeout=grace + 30)
         return ('stopped', True) if rc == 0 else ('failed (rc=%d): %s' % (rc, out), False)
+
+    def stop_supervised(self, owner, holders, grace, status_timeout):
+        """Stop one program through its own supervisor (gpu_supervisor's row: `supervisorctl
+        stop`, `sv force-stop`, `s6-svc -d`, `pm2 stop`, pm2's as its user), then poll the
+        supervisor's status until it says the program is down by request and the holders are
+        gone (bounded by grace + 30 s), then for STAY_DOWN_S more that nothing starts it again.
+        Returns (result, changed, error): error {'code', 'text'} (gpu_supervisor's codes) when it
+        failed or the program came back; nothing is signalled from here."""
+        sup = owner['supervisor']
+        row = supervisors.SUPERVISORS[owner['runtime']]
+        as_user = _as_user(sup) if row['as_user'] else {}
+        stop = supervisors.argv(owner['runtime'], 'stop', sup, owner['id'], grace)
+        bound = grace + 30
+        rc, out = run_command(stop, timeout=bound, **as_user)
+        said = ' '.join(stop)
+        if rc in (124, 127):
+            code = supervisors.CLI_TIMEOUT if rc == 124 else supervisors.CLI_MISSING
+            return ('failed: %s' % out, False, {'code': code, 'text': '`%s`: %s' % (said, out)})
+        if rc != 0 and row['kill']:
+            run_command(supervisors.argv(owner['runtime'], 'kill', sup, owner['id']), timeout=bound, **as_user)
+        state = {}
+
+        def read():
+            code, text = supervisor_status(supervisors.argv(owner['runtime'], 'status', sup, owner['id']),
+                                           status_timeout, sup['uid'] if row['as_user'] else None, sup.get('home'))
+            entries = supervisors.parse_status(row['parse'], text) if code in ('ok',) or code.startswith('rc=') else None
+            state['error'] = None if entries is not None else {
+                'code': code if code in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT) else supervisors.CLI_FAILED,
+                'text': 'its status after the stop: %s' % text[-300:]}
+            state['entries'] = entries
+            return entries
+
+        def down():
+            # The program down by its supervisor's word: a holder below it that outlives it (a
+            # launcher's child) is an orphan the supervisor no longer restarts, for the signals.
+            entries = read()
+            return state['error'] is not None or supervisors.is_down(owner['runtime'], entries, owner['id'])
+
+        _done, waited = wait_for(down, bound, clock=self.clock)
+        if state.get('error'):
+            return 'failed: %s' % state['error']['text'], rc == 0, state['error']
+        if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']):
+            text = '`%s` (rc=%d: %s) and the program is not down after %ss' % (said, rc, out[-200:], bound)
+            return 'failed: %s' % text, rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
+        # Stays down: its supervisor's word (down by request) is checked against what it does.
+        back, watched = wait_for(lambda: read() is None or supervisors.running_pid(
+            owner['runtime'], state['entries'], owner['id']), supervisors.STAY_DOWN_S, clock=self.clock)
+        if back:
+            pid = supervisors.running_pid(owner['runtime'], state.get('entries'), owner['id'])
+            text = ('it started the program again (PID %s) %.2f s after it read down' % (pid, watched)
+                    if pid else (state.get('error') or {}).get('text', 'its status failed'))
+            return 'failed: %s' % text, True, {'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED,
+                                               'text': text}
+        left = self.alive(holders)
+        return ('stopped in %s (`%s`); down by its supervisor\'s word, still down %s later%s'
+                % (_seconds(waited), said, _seconds(watched),
+                   '; PID %s outlived it (signalled next)' % ', '.join(str(h['pid']) for h in left) if left else ''),
+                True, None)
 
     @staticmethod
     def start_scope(scope, pids, stop_timeout, description):
@@ -365,9 +433,14 @@ class RecordingActor(object):
     def stop_user_unit(uid, unit, timeout):
         return 'would stop it through the manager of user %s (waiting up to %ss)' % (uid, timeout), True
 
+    def stop_supervised(self, owner, holders, grace, status_timeout):
+        self.ended.update((h['pid'], h['start_time']) for h in holders)
+        return 'would run `%s`' % ' '.join(supervisors.argv(owner['runtime'], 'stop', owner['supervisor'],
+                                                            owner['id'], grace)), True, None
+
     @staticmethod
     def stop_container(owner, grace):
-        if not gpu_owner.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
+        if not gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
             return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
         return 'would stop it (grace %ss)' % grace, True
 

@@ -16,6 +16,8 @@ import re
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
@@ -33,8 +35,8 @@ _COMM_LEN = 15
 PROTECTED_UNIT_PATTERN = re.compile(
     r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|slurmd|slurmstepd|kubelet|'
     r'containerd|docker)\.service$')
-CONTAINER_INIT = "init of a container's PID namespace"
-POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
+CONTAINER_INIT = say.CONTAINER_INIT
+POD_PROTECTED = say.POD_PROTECTED
 # A PID above the kernel's hard limit (4194304) or 0 comes from mismatched driver bindings.
 PID_MAX_LIMIT = 4194304
 
@@ -53,10 +55,19 @@ def infrastructure_name(name, cmdline, names=INFRASTRUCTURE):
 
 def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
                       units=None):
-    """Why a process must never be signalled, or None. `proc` is a gpu_observe.ProcState,
-    `owner` its gpu_owner record (read from its cgroup when not given; `confirmed` filled in
-    by gpu_trust.confirm), `vendor_infrastructure` the GPU backend's daemon names,
-    `vendor_units` its unit pattern and `units` the system units' facts (MainPID).
+    """Why a process must never be signalled (a sentence, gpu_say.protection), or None; see
+    protection_code."""
+    code, detail = protection_code(proc, own_tree, patterns, owner, vendor_infrastructure, vendor_units, units)
+    return say.protection(code, detail, proc.pid)
+
+
+def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
+                    units=None):
+    """(code, detail): why a process must never be signalled (gpu_lever's protection codes;
+    detail: the infrastructure name or the pattern), or (None, None). `proc` is a
+    gpu_observe.ProcState, `owner` its gpu_owner record (read from its cgroup when not given;
+    `confirmed` filled in by gpu_trust.confirm), `vendor_infrastructure` the GPU backend's
+    daemon names, `vendor_units` its unit pattern and `units` the system units' facts (MainPID).
 
     Shields are granted by identity only (gpu_trust.refusal): a pod from cgroups root named, a
     container init its runtime confirmed, a guest's init, an infrastructure name on a root
@@ -64,27 +75,27 @@ def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructur
     title, a cgroup name or a PID namespace a user made shields nothing.
     """
     if proc.pid <= 1:
-        return 'PID %d is the init process' % proc.pid
+        return lever.PID_INIT, None
     if proc.kthread:
-        return 'kernel thread'
+        return lever.KTHREAD, None
     if proc.pid in own_tree:
-        return 'part of the process tree running this module (its caller or its own child)'
+        return lever.OWN_TREE, None
     owner = owner or gpu_owner.owner_from_cgroup(proc.cgroup, getattr(proc, 'cgroup_uids', None))
     if trust.refusal(trust.SHIELD_POD, owner) is None:
         # The kubelet owns every process of a pod: signalled from under it, a pod's process is
         # restarted or its pod rescheduled; only the Kubernetes API may end it.
-        return POD_PROTECTED
+        return lever.POD_SHIELD, None
     if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1 and \
             trust.refusal(trust.SHIELD_INIT, owner) is None:
-        return CONTAINER_INIT
+        return lever.INIT_SHIELD, None
     infra = infrastructure_name(proc.name, proc.cmdline, INFRASTRUCTURE + tuple(vendor_infrastructure))
     if infra and trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, identity_of(proc, units, vendor_units),
                                protected_unit=protected_unit(owner.get('unit'), vendor_units)) is None:
-        return 'GPU or cluster infrastructure (%s)' % infra
+        return lever.INFRASTRUCTURE, infra
     for pattern in patterns:
         if pattern.search(proc.name) or pattern.search(proc.cmdline):
-            return 'matches protect pattern %r' % pattern.pattern
-    return None
+            return lever.PATTERN, pattern.pattern
+    return None, None
 
 
 def identity_of(proc, units=None, vendor_units=None):
@@ -275,8 +286,9 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
     facts = facts or {}
     owner = gpu_owner.owner_from_cgroup(proc.cgroup, getattr(proc, 'cgroup_uids', None))
     owner['confirmed'] = trust.confirm(owner, units, facts.get('user_units'), facts.get('runtimes'))
-    reason = protection_reason(proc, own_tree, patterns, owner, snapshot.infrastructure,
-                               facts.get('vendor_units'), units)
+    code, detail = protection_code(proc, own_tree, patterns, owner, snapshot.infrastructure,
+                                   facts.get('vendor_units'), units)
+    reason = say.protection(code, detail, proc.pid)
     unit = owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
     if unit:
         restart, active = (units.get(unit) or (None, None))[:2]
@@ -314,6 +326,7 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
         'tracer_name': tracer_name if proc.tracer_pid else None,
         'protected': reason is not None,
         'protected_reason': reason,
+        'protected_code': code,
     }
 
 
@@ -534,9 +547,7 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
 
 
 def holder_matches(holder, match_patterns):
-    if not match_patterns:
-        return True
-    return any(p.search(holder['name']) or p.search(holder['cmdline']) for p in match_patterns)
+    return lever.matches(holder, match_patterns)
 
 
 def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), peers_too=False):
@@ -562,52 +573,47 @@ def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), pee
 
 
 # Why a holder stays on a GPU, as the `remaining` entries' reason_code (gpu_reclaim's RETURN):
-# the first four from skip_code, the rest from gpu_flow's report.
-INIT, PROTECTED, ZOMBIE, UNMATCHED = 'init', 'protected', 'zombie', 'unmatched'
+# the first four from skip_code (gpu_lever), the rest from gpu_flow's report.
+INIT, PROTECTED, ZOMBIE, UNMATCHED = lever.INIT, lever.PROTECTED, lever.ZOMBIE, lever.UNMATCHED
 SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = 'survived', 'peer_memory', 'device_open', 'respawns'
 
-
-def skip_code(holder, match_patterns):
-    """Why the ladder leaves this holder alone (a reason code), or None when it is a target."""
-    if holder['pid'] <= 1:
-        return INIT
-    if holder['protected']:
-        return PROTECTED
-    if holder['state'] == 'zombie':
-        return ZOMBIE
-    if not holder_matches(holder, match_patterns):
-        return UNMATCHED
-    return None
-
-
-def skip_sentence(holder, code):
-    """The `reason` sentence for a skip_code."""
-    if code == INIT:
-        return 'PID %d is never signalled' % holder['pid']
-    if code == PROTECTED:
-        return 'protected: %s' % holder['protected_reason']
-    if code == ZOMBIE:
-        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], escape_text(holder['parent_name']))
-    return 'does not match the match filter'
+skip_code = lever.skip_code
+skip_sentence = say.skip
+respawn_message = say.respawn_message
+next_lever = say.next_lever
+failure_message = say.failure_message
+is_container_init = lever.is_container_init
+container_restarts = lever.restart_policy
+runtime_unreachable = lever.runtime_unreachable
 
 
 def containers_to_stop(holders, selected, match_patterns, protected_ids=frozenset()):
     """Containers owning holders of the selected GPUs that their runtime may stop, first seen
-    first: a container's init is reachable no other way, and a restart policy brings back
-    whatever is killed inside. Never a pod's (no runtime row stops one), never one whose
-    holder is protected for another reason than being its init, never the caller's own."""
+    first (gpu_lever.container_lever): a container's init is reachable no other way, and a
+    restart policy brings back whatever is killed inside."""
     selected = set(selected)
     found = []
     for holder in holders:
-        container = stoppable_container(holder)
-        if not container or not set(holder['context_gpus']) & selected:
+        if not set(holder['context_gpus']) & selected:
             continue
-        if holder['protected'] and not is_container_init(holder):
+        chosen = lever.container_lever(holder, match_patterns, protected_ids)
+        if chosen.refusal is None and all(c['id'] != chosen.owner['id'] for c in found):
+            found.append(chosen.owner)
+    return found
+
+
+def supervised_to_stop(holders, selected, match_patterns):
+    """The supervisor owners (gpu_supervisor) of holders of the selected GPUs whose program its
+    supervisor may stop (gpu_lever.supervised_lever), first seen first, each once."""
+    selected = set(selected)
+    found, seen = [], set()
+    for holder in holders:
+        if not set(holder['context_gpus']) & selected:
             continue
-        if not holder_matches(holder, match_patterns) or container['id'] in protected_ids:
-            continue
-        if all(c['id'] != container['id'] for c in found):
-            found.append(container)
+        chosen = lever.supervised_lever(holder, match_patterns)
+        if chosen.refusal is None and chosen.key not in seen:
+            seen.add(chosen.key)
+            found.append(chosen.owner)
     return found
 
 
@@ -622,219 +628,45 @@ def sigterm_futile(holder):
 
 
 def respawner_lever(parent, match_patterns, holds_gpu):
-    """Why the live parent that respawned ended holders may not be made the target, or None
-    when it may: it matches `match` when that is given, else it holds no GPU itself; never
-    when it is protected."""
-    if parent['protected']:
-        return 'it is protected (%s)' % parent['protected_reason']
-    if match_patterns:
-        return None if holder_matches(parent, match_patterns) else 'it does not match `match`'
-    if holds_gpu:
-        return 'it holds a GPU itself'
-    return None
-
-
-def respawn_message(parent):
-    """The failure sentence for a parent that keeps respawning holders and was not ended. The
-    init of a guest or container is never signalled (`kill` from here would end the whole
-    guest): its owner names the lever."""
-    said = owner_lever(parent) if is_container_init(parent) else None
-    if parent['pid'] == 1:
-        said = ('it is PID 1, the init of the guest or container this runs in (or of this host), never '
-                'signalled, and restarts what it runs for as long as it runs: stop that guest or '
-                'container from its host (`pct stop VMID` on a Proxmox host, `lxc-stop -n NAME`), or '
-                'change what its init runs')
-    if said:
-        return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s.'
-                % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], said))
-    return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; end it first (`kill %d`), '
-            'or run again with `match` covering it.'
-            % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], parent['reason'],
-               parent['pid']))
+    """The sentence of gpu_lever.respawner_lever's refusal, or None when the respawner may be
+    made the target (the ladder reads the code; this stays for callers of the sentence)."""
+    return say.respawner_refusal(parent, lever.respawner_lever(parent, match_patterns, holds_gpu).refusal)
 
 
 def units_to_stop(targets, protected_units, vendor_units=None):
-    """System service units that own targets and may be stopped, in first-seen order: only
-    where root named the cgroup and systemd confirmed the unit owns it (gpu_trust, STOP_UNIT);
-    never one of `protected_units`, PROTECTED_UNIT_PATTERN or `vendor_units` (the backend's
-    pattern)."""
+    """System service units that own targets and may be stopped, in first-seen order
+    (gpu_lever.unit_lever): only where root named the cgroup and systemd confirmed the unit
+    owns it; never one of `protected_units`, PROTECTED_UNIT_PATTERN or `vendor_units`."""
     units = []
     for holder in targets:
-        unit = holder['unit']
-        if not unit or not unit.endswith('.service') or unit in units:
-            continue
-        if trust.refusal(trust.STOP_UNIT, holder.get('owner')) is not None:
-            continue
-        if unit in protected_units or protected_unit(unit, vendor_units):
-            continue
-        units.append(unit)
+        chosen = lever.unit_lever(holder, protected_units, vendor_units, is_protected=protected_unit)
+        if chosen.refusal is None and chosen.key not in units:
+            units.append(chosen.key)
     return units
 
 
 def user_units_to_stop(targets):
     """(uid, unit) of the services of users' own managers that own targets, confirmed by that
-    manager (gpu_trust, STOP_USER_UNIT), in first-seen order: stopped as that user, through her
-    manager, never on the system manager."""
+    manager (gpu_lever.user_unit_lever), in first-seen order."""
     found = []
     for holder in targets:
-        owner = holder.get('owner') or {}
-        if trust.refusal(trust.STOP_USER_UNIT, owner) is not None:
-            continue
-        key = (owner['uid'], owner['unit'])
-        if key not in found:
-            found.append(key)
+        chosen = lever.user_unit_lever(holder)
+        if chosen.refusal is None and chosen.key not in found:
+            found.append(chosen.key)
     return found
 
 
-_GUEST_STOP_UNIT = {
-    'proxmox': 'pct exec {id} -- systemctl stop {unit}',
-    'lxc': 'lxc-attach -n {id} -- systemctl stop {unit}',
-    'systemd-nspawn': 'systemctl -M {id} stop {unit}',
-}
-# What stops a whole guest, from its host.
-_GUEST_STOP = {
-    'proxmox': 'pct stop {id}',
-    'lxc': 'lxc-stop -n {id}',
-    'systemd-nspawn': 'machinectl stop {id}',
-}
-
-
-def is_container_init(holder):
-    return holder.get('protected_reason') == CONTAINER_INIT
-
-
-def container_restarts(holder):
-    """The restart policy of the holder's container when its runtime brings it back."""
-    owner = holder.get('owner') or {}
-    policy = owner.get('restart_policy')
-    if owner.get('kind') == gpu_owner.CONTAINER and policy and policy != 'no':
-        return policy
-    return None
-
-
 def stoppable_container(holder):
-    """The holder's container when its runtime can stop it from here (see gpu_owner.RUNTIMES)
-    and confirmed that the container is the holder's, in cgroups root named (gpu_trust)."""
-    owner = holder.get('owner') or {}
-    if owner.get('kind') != gpu_owner.CONTAINER or not owner.get('id'):
-        return None
-    if trust.refusal(trust.STOP_CONTAINER, owner) is not None:
-        return None
-    row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
-    return owner if row.get('stop') else None
+    """The holder's container when its runtime can stop it from here and confirmed that the
+    container is the holder's, in cgroups root named (gpu_lever.container_lever)."""
+    chosen = lever.container_lever(holder)
+    if chosen.refusal in (None, lever.PROTECTED, lever.UNMATCHED) and chosen.argv:
+        return chosen.owner
+    return None
 
 
 def owner_lever(holder):
-    """The lever that the holder's owner (a pod, a container, a guest) calls for, as a clause;
-    None when the owner calls for nothing beyond the signal ladder."""
-    owner = holder.get('owner') or gpu_owner.new_owner(gpu_owner.NONE)
-    what = gpu_owner.describe(owner)
-    if owner['kind'] == gpu_owner.POD:
-        pod = owner['pod'] or {}
-        if pod.get('name'):
-            how = '`kubectl delete pod -n %s %s`' % (escape_text(pod.get('namespace')), escape_text(pod['name']))
-        else:
-            how = ('find it with `kubectl get pods -A -o custom-columns=NS:.metadata.namespace,'
-                   'NAME:.metadata.name,UID:.metadata.uid | grep %s`' % pod.get('uid'))
-        return ('it belongs to %s and is never signalled from under the kubelet: delete or evict '
-                'the pod (%s, or drain the node)' % (what, how))
-    container = stoppable_container(holder)
-    if container:
-        stop = ' '.join(gpu_owner.runtime_argv(container['runtime'], 'stop', container, grace=10))
-        if is_container_init(holder):
-            return ('it is the init of %s, which this module never signals: stop the container '
-                    '(stop_containers: true, or `%s`)' % (what, stop))
-        policy = container_restarts(holder)
-        if policy:
-            return ('its %s restarts it (restart policy %s): stop the container '
-                    '(stop_containers: true, or `%s`)' % (what, policy, stop))
-        return None
-    if is_container_init(holder):
-        if owner['kind'] == gpu_owner.GUEST:
-            template = _GUEST_STOP.get(owner['runtime'])
-            how = ' (`%s`)' % template.format(id=escape_text(owner['id'])) if template and owner['id'] else ''
-            return ('it is the init of %s, which this module never signals: stop the guest itself%s '
-                    'only if the whole guest must go, or change what its init runs' % (what, how))
-        named = what if owner['kind'] == gpu_owner.CONTAINER else (
-            'a container (cgroup %s)' % escape_text(owner['cgroup']) if owner['cgroup'] else 'a container')
-        return ('it is the init of %s whose runtime this module cannot reach, and it is never '
-                'signalled: stop that container with the tool that started it (docker, podman, '
-                'nerdctl stop), or from the host around it' % named)
-    if owner['kind'] == gpu_owner.GUEST and owner['guest_unit'] and owner['guest_unit'].endswith('.service'):
-        template = _GUEST_STOP_UNIT.get(owner['runtime'])
-        how = template.format(id=escape_text(owner['id']), unit=escape_text(owner['guest_unit'])) if template and owner['id'] else (
-            'systemctl stop %s inside the guest' % escape_text(owner['guest_unit']))
-        return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
-                'in the guest (`%s`)' % (what, how))
-    return None
-
-
-def next_lever(holder):
-    """What a person can do about a holder the ladder could not remove."""
-    if holder.get('lever'):
-        return holder['lever']
-    said = owner_lever(holder)
-    # A pod's or container's init is protected for a reason its owner names best.
-    if said and (holder.get('protected_reason') in (POD_PROTECTED, CONTAINER_INIT)):
-        return said
-    if holder.get('protected'):
-        return ('it is protected (%s): stop it deliberately, outside this module, if it really '
-                'must go' % holder['protected_reason'])
-    if holder['state'] == 'disk-sleep':
-        return ('it is in uninterruptible sleep%s and ignores SIGKILL: reset the GPU '
-                '(allow_reset: true) or reboot the host'
-                % (' in %s' % escape_text(holder['wchan']) if holder.get('wchan') else ''))
-    if holder['state'] == 'zombie':
-        return 'stop or restart its parent PID %s (%s), which must reap it' % (
-            holder['ppid'], holder.get('parent_name') or 'unknown')
-    if holder.get('reason_code') == UNMATCHED:
-        return 'it does not match `match`: widen the filter or stop it yourself'
-    if said:
-        return said
-    if holder['unit'] and holder.get('unit_restart') not in (None, 'no'):
-        return 'its unit %s restarts it (Restart=%s): use stop_units: true or `systemctl stop %s`' % (
-            holder['unit'], holder['unit_restart'], holder['unit'])
-    if holder['state'] == 'tracing-stop' and holder.get('tracer_pid'):
-        # Measured on the lab's 6.18 kernel: a traced process SIGKILLed stops in its exit
-        # (ptrace_stop from do_exit, PTRACE_EVENT_EXIT), its fds and memory still held, until
-        # its tracer resumes it; a stopped strace never does. Continuing the tracer ends it.
-        return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
-                'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
-                % (holder['tracer_pid'], escape_text(holder.get('tracer_name')) or 'unknown', holder['tracer_pid']))
-    owner = holder.get('owner') or {}
-    if owner.get('manager') == gpu_owner.USER_MANAGER and holder.get('unit_restart') not in (None, 'no'):
-        return ("its unit %s of user %s's own manager restarts it (Restart=%s): that user stops it "
-                "(`systemctl --user stop %s`)" % (escape_text(owner['unit']), owner['uid'],
-                                                  holder['unit_restart'], escape_text(owner['unit'])))
-    return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
-
-
-def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blind_sentence=None):
-    """One actionable sentence per GPU that is still not free, and one per parent that keeps
-    respawning holders; when this module cannot read other users' processes, that comes first
-    and no reset or reboot is advised."""
-    parts = ([blind_sentence] if blind_sentence else []) + [respawn_message(parent) for parent in respawners]
-    for row in rows:
-        if row['free']:
-            continue
-        on_gpu = [h for h in remaining if row['index'] in h['gpus']]
-        if on_gpu and blind_sentence:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h)
-                                                    if h.get('lever') or h.get('protected')
-                                                    else RUN_AS_ROOT + ' to signal it')
-                            for h in on_gpu)
-        elif on_gpu:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h))
-                            for h in on_gpu)
-        elif blind_sentence:
-            who = 'no process visible to this module: %s to see and free its holders' % RUN_AS_ROOT
-        elif allow_reset:
-            who = ('no process visible here and the reset did not free it: reboot the host, or if '
-                   'this is a container, free it from the host that owns the GPU')
-        else:
-            who = ('no process visible here: a leaked context or a holder in another PID namespace; '
-                   'reset or reboot (allow_reset: true resets the GPU), or, if this is a container, '
-                   'free it from the host that owns the GPU')
-        parts.append('GPU %d (%s) still holds %d MiB after %.1f s: %s.'
-                     % (row['index'], row['uuid'], row['memory_used_mib'], elapsed_s, who))
-    return ' '.join(parts)
+    """The lever that the holder's owner (a pod, a container, a guest) calls for, as a clause
+    (gpu_lever.by_hand, gpu_say.owner_clause); None when it calls for nothing beyond the
+    signal ladder."""
+    return say.owner_clause(holder, lever.by_hand(holder))

@@ -20,9 +20,12 @@ import time
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_access as access
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
@@ -44,6 +47,7 @@ RECLAIM_ARGUMENT_SPEC = dict(
     passes=dict(type='int', default=3, no_log=False),
     stop_units=dict(type='bool', default=True),
     stop_containers=dict(type='bool', default=True),
+    stop_supervised=dict(type='bool', default=True),
     match=dict(type='list', elements='str', default=[]),
     force=dict(type='bool', default=False),
     allow_reset=dict(type='bool', default=False),
@@ -111,7 +115,8 @@ def ladder_from_params(params, check_mode):
                   term_timeout=params['term_timeout'], release_timeout=params['release_timeout'],
                   passes=params['passes'], stop_units=params['stop_units'], match=params['match'],
                   force=params['force'], allow_reset=params['allow_reset'], check_mode=check_mode,
-                  stop_containers=params['stop_containers'], peers=params['peers'])
+                  stop_containers=params['stop_containers'], peers=params['peers'],
+                  stop_supervised=params['stop_supervised'])
 
 
 class Survey(object):
@@ -163,6 +168,12 @@ class Surveyor(object):
         self.own_ancestors = set(observe.ancestors(os.getpid(), proc))
         self.owner_details = {}   # (runtime, id) -> what its CLI said, asked once per run
         self.last_facts = ({}, {})   # the last survey's unit and runtime facts (_facts_of)
+        # gpu_supervisor: (row, pid, start) -> the supervisor's last status, or its CLI's failure;
+        # what the ladder learnt since about a program (gpu_supervisor.key -> error); the system
+        # units whose MainPID is a supervisor (never stopped whole).
+        self.supervisor_status = {}
+        self.supervisor_errors = {}
+        self.supervisor_units = set()
         self.access = access.read_access(proc)
 
     def protected_containers(self):
@@ -212,6 +223,7 @@ class Surveyor(object):
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
                                                         self.free_threshold_mib, facts)
         name_owners(holders, self.nvml_timeout, self.owner_details)
+        supervise_owners(holders, units, self.nvml_timeout, self, self.proc)
         spared = [h for h in holders if h['unit'] in self.spare_units and set(h['gpus']) & set(selected)]
         survey = self._survey(snapshot, selected, holders, clients, unconfirmed, spared)
         held = set(row['index'] for row in survey.rows if not row['free'])
@@ -358,11 +370,82 @@ def name_owners(holders, timeout, asked):
             asked[key] = observe.runtime_details(owner, timeout)
         details = dict(asked[key])
         pod = details.pop('pod', None)
+        owner['cli_error'] = details.pop('cli_error', None)
         for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
             details.pop(fact, None)
         owner.update((k, v) for k, v in details.items() if v is not None)
         if pod and owner['kind'] == 'pod':
             owner['pod'] = dict(owner['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
+
+
+def supervise_owners(holders, units, timeout, surveyor, proc='/proc'):
+    """Make the owner of each holder that a process supervisor runs (gpu_supervisor) that
+    supervisor's program: matched by identity on the holder's ancestry, the program from the
+    supervisor's own status (asked once per supervisor and survey while it answers; a CLI that
+    is missing or hangs is not asked again this run). A holder in a container, pod or guest is
+    theirs. Also notes the system units whose MainPID is a supervisor (never stopped whole)."""
+    checked = set()
+    for holder in holders:
+        owner = holder['owner']
+        if owner['kind'] in (gpu_owner.CONTAINER, gpu_owner.POD, gpu_owner.GUEST):
+            continue
+        system = owner['kind'] == gpu_owner.SERVICE and owner['manager'] == gpu_owner.SYSTEM_MANAGER \
+            and owner['confirmed'] and owner['controlled_by'] == gpu_owner.ROOT
+        facts = units.get(owner['unit']) if system else None
+        main_pid = facts[3] if facts and len(facts) > 3 else None
+        if main_pid and owner['unit'] not in checked:
+            checked.add(owner['unit'])
+            if supervisors.daemon_row(observe.supervisor_chain(main_pid, proc, depth=0), main_pid):
+                surveyor.supervisor_units.add(owner['unit'])
+        if not holder['ppid'] or holder['ppid'] <= 1 or holder['ppid'] in surveyor.own_ancestors:
+            continue   # an orphan of PID 1 (the seeds) or the module's own child: no supervisor above
+        chain = observe.supervisor_chain(holder['pid'], proc)
+        if not chain or chain[0].start_time != holder['start_time']:
+            continue
+        found = supervisors.match(chain, main_pid)
+        if not found:
+            continue
+        if system:
+            surveyor.supervisor_units.add(owner['unit'])
+        holder['owner'] = _supervised_owner(owner, found, timeout, surveyor)
+
+
+def _supervised_owner(owner, found, timeout, surveyor):
+    runtime = found['runtime']
+    row = supervisors.SUPERVISORS[runtime]
+    key = (runtime, found['pid'], found['start_time'])
+    service = found['service']
+    status = surveyor.supervisor_status.get(key)
+    program = supervisors.program_of(runtime, status[1], found['program_pid'], service) \
+        if status and status[0] == 'ok' else None
+    if program is None and not (status and status[0] in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT)):
+        argv = supervisors.argv(runtime, 'status', found, service)
+        code, text = observe.supervisor_status(argv, timeout, found['uid'] if row['as_user'] else None,
+                                               found['home'])
+        entries = supervisors.parse_status(row['parse'], text) if code not in (
+            supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT) else None
+        if entries is not None:
+            status = ('ok', entries)
+        elif code in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT):
+            status = (code, text)
+        else:
+            status = (supervisors.CLI_FAILED, '`%s` failed (%s): %s' % (' '.join(argv), code, text[-300:]))
+        surveyor.supervisor_status[key] = status
+        if status[0] == 'ok':
+            program = supervisors.program_of(runtime, entries, found['program_pid'], service)
+    error = None
+    if status[0] != 'ok':
+        error = {'code': status[0], 'text': status[1]}
+    elif program is None:
+        error = {'code': supervisors.NOT_LISTED, 'text': 'its status lists no program with PID %d'
+                 % found['program_pid']}
+    program_id, name = program or ((service, os.path.basename(service)) if service else (None, None))
+    new = gpu_owner.new_owner(gpu_owner.SUPERVISOR, owner['cgroup'], runtime=runtime, id=program_id, name=name,
+                              unit=owner['unit'], manager=owner['manager'], controlled_by=owner['controlled_by'],
+                              uid=owner['uid'], confirmed=owner['confirmed'], cli_error=error,
+                              supervisor=dict((k, v) for k, v in found.items() if k != 'runtime'))
+    new['cli_error'] = error or surveyor.supervisor_errors.get(supervisors.key(new))
+    return new
 
 
 def survey_result(survey):
@@ -387,17 +470,15 @@ def _seconds(value):
 GUEST_RESPAWN_WATCH_S = 5.0
 
 
-def _guest_unit(holder):
-    """(guest cgroup, service inside it) for a holder run by a guest's own systemd service."""
-    owner = holder.get('owner') or {}
-    unit = owner.get('guest_unit')
-    if owner.get('kind') == gpu_owner.GUEST and unit and unit.endswith('.service'):
-        return owner['cgroup'].split('/' + unit)[0], unit
-    return None
+_guest_unit = lever.guest_unit
 
 
 class Ladder(object):
-    """stop container -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
+    """stop container -> stop supervised program -> stop unit -> SIGTERM -> SIGKILL -> rescan -> wait for memory -> optional reset.
+
+    Each pass reads plan (gpu_lever: the levers of what holds the selected GPUs), pull (the
+    owners' stops, then the signals), watch (gpu_respawn.Comebacks: everything that could bring
+    a holder back) and verify (a new survey).
 
     One path for real runs and check mode: the actor decides whether a step acts or is only
     recorded; every step is a gpu_act.Action in self.actions.
@@ -407,13 +488,15 @@ class Ladder(object):
                  release_timeout=_default('release_timeout'), passes=_default('passes'),
                  stop_units=_default('stop_units'), match=None, force=_default('force'),
                  allow_reset=_default('allow_reset'), check_mode=False, clock=time.monotonic,
-                 actor=None, stop_containers=_default('stop_containers'), peers=_default('peers')):
+                 actor=None, stop_containers=_default('stop_containers'), peers=_default('peers'),
+                 stop_supervised=_default('stop_supervised')):
         self.surveyor = surveyor
         self.term_timeout = term_timeout
         self.release_timeout = release_timeout
         self.passes = passes
         self.stop_units = stop_units
         self.stop_containers = stop_containers
+        self.stop_supervised = stop_supervised
         self.match = pattern_set(match, 'match')
         if self.match:
             surveyor.pattern_sets.append(self.match)
@@ -427,14 +510,10 @@ class Ladder(object):
         self.started = None
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
-        self.stopped_containers = set()   # (runtime, id) already stopped: never twice
-        self.respawning_guest_units = set()   # (guest cgroup, unit) seen restarting what was killed
         self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
         self.unreachable = set()  # PIDs alive after SIGKILL
-        self.respawns = respawn.Watch(surveyor, clock, observe.ProcError)   # the watched ancestors
-        self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
-        self.respawn_targets = []  # respawners (and their new processes) to end next
-        self.respawners = []      # respawning parents this run may not end: the failure names them
+        # What can bring a holder back (units, containers, ancestors, the settle window, guests).
+        self.watch = respawn.Comebacks(surveyor, clock, observe.ProcError)
 
     def _record(self, action, since=None):
         now = self.clock()
@@ -482,19 +561,25 @@ class Ladder(object):
         return self._result(first, first if self.actor.recording else last)
 
     def _climb(self, first):
-        """The ladder proper, from the first survey to the last; returns the last survey."""
+        """The ladder proper, from the first survey to the last; returns the last survey. Each
+        pass: plan (the levers for what holds the selected GPUs), pull (owners' stops, then the
+        signals), watch (what could bring a holder back), verify (a new survey)."""
         protected_units = self.surveyor.protected_units()
         protected_containers = self.surveyor.protected_containers()
         current = first
         for attempt in range(self.passes + 1):
+            # Containers first: a container's init is reachable no other way, and its restart
+            # policy brings back whatever is killed inside.
             if self.stop_containers and self._stop_containers(current, protected_containers):
                 current = self._look()
                 if current.free:
                     break
-            targets = self._targets(current) + self.respawn_targets
-            self.respawn_targets = []
-            targets = _unique([t for t in targets if (t['pid'], t['start_time']) not in self.killed])
-            if not targets or self.respawners:
+            if self.stop_supervised and self._stop_supervised(current):
+                current = self._look()
+                if current.free:
+                    break
+            targets = self._plan(current)
+            if not targets or self.watch.respawners:
                 break
             if attempt > 0:
                 self._record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
@@ -502,9 +587,7 @@ class Ladder(object):
                                         pids=[t['pid'] for t in targets]))
             self._watch_parents(targets)
             self._escalate(targets, protected_units)
-            current = self._look()
-            if current.free:
-                current = self._watch_guest_respawn(targets, current)
+            current = self._verify(targets)
             if self._respawned(current):
                 continue
             # Not free, and something left can still be ended: another round. Not free only
@@ -524,16 +607,30 @@ class Ladder(object):
             current = self._reset(self._look(full=True))
         return current
 
+    def _plan(self, survey):
+        """This pass's targets: the holders to signal, and the respawners (with what they
+        started) to end, each once."""
+        targets = self._targets(survey) + self.watch.take_next_targets()
+        return _unique([t for t in targets if (t['pid'], t['start_time']) not in self.killed])
+
+    def _verify(self, signalled):
+        """A new survey after the pull; when it reads free, the guests' systemd of what was
+        signalled is watched for a comeback first."""
+        current = self._look()
+        if current.free:
+            current = self._watch_guest_respawn(signalled, current)
+        return current
+
     def _targets(self, survey):
         """The holders to signal: not those a guest's systemd was seen restarting, nor, without
         the container lever, those a container's restart policy would only bring back (both are
         named in the failure instead)."""
         targets = decide.plan_targets(survey.holders, survey.selected, self.match, survey.spared_pids,
                                       self.peers)[0]
-        targets = [t for t in targets if _guest_unit(t) not in self.respawning_guest_units]
+        targets = [t for t in targets if _guest_unit(t) not in self.watch.guest_units]
         if self.stop_containers:
             return targets
-        return [t for t in targets if not decide.container_restarts(t)]
+        return [t for t in targets if lever.container_lever(t).watch != lever.WATCH_CONTAINER]
 
     def _watch_guest_respawn(self, signalled, survey):
         """After killing processes of a guest's service from its host, watch for the guest's own
@@ -557,7 +654,7 @@ class Ladder(object):
                                     % waited, False, guest_units=watched), since)
             return seen['survey']
         again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
-        self.respawning_guest_units |= set(_guest_unit(h) for h in again)
+        self.watch.guest_units |= set(_guest_unit(h) for h in again)
         named = ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
         self._record(act.Action('watch_respawn', ', '.join(watched), 'came back after %.1f s: %s' % (
             waited, named or 'other holders'), False, guest_units=watched), since)
@@ -565,33 +662,89 @@ class Ladder(object):
 
     def _stop_containers(self, survey, protected_ids):
         """Stop the containers owning holders of the selected GPUs; True when any was asked."""
-        holders = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
-        containers = [c for c in decide.containers_to_stop(holders, survey.selected, self.match, protected_ids)
-                      if (c['runtime'], c['id']) not in self.stopped_containers]
+        levers = self._plan_owners(survey, protected_ids)
+        for chosen in levers:
+            self.watch.containers.add(chosen.key)
+            self._pull(chosen)
+        return bool(levers)
+
+    def _plan_owners(self, survey, protected_ids):
+        """The container levers for the holders of the selected GPUs (gpu_lever.container_lever),
+        each container once and never twice a run."""
+        selected, levers = set(survey.selected), []
+        for holder in survey.holders:
+            if holder['pid'] in survey.spared_pids or not set(holder['context_gpus']) & selected:
+                continue
+            chosen = lever.container_lever(holder, self.match, protected_ids)
+            if chosen.refusal is None and chosen.key not in self.watch.containers \
+                    and all(chosen.key != other.key for other in levers):
+                levers.append(chosen)
+        return levers
+
+    def _pull(self, chosen, holders=()):
+        """Pull an owner's lever (gpu_lever.Lever) through the actor; records the step and returns
+        whether it changed the host. `holders`: the supervised holders a supervisor's stop ends."""
         grace = 0 if self.force else self.term_timeout
-        for owner in containers:
-            self.stopped_containers.add((owner['runtime'], owner['id']))
-            since = self.clock()
+        since = self.clock()
+        owner = chosen.owner
+        if chosen.kind == lever.STOP_CONTAINER:
             result, changed = self.actor.stop_container(owner, grace)
-            self._record(act.Action('stop_container', gpu_owner.describe(owner), result, changed,
-                                    container=owner['id'], runtime=owner['runtime'], name=owner['name']), since)
-        return bool(containers)
+            action = act.Action('stop_container', gpu_owner.describe(owner), result, changed,
+                                container=owner['id'], runtime=owner['runtime'], name=owner['name'])
+        elif chosen.kind == lever.STOP_SUPERVISED:
+            result, changed, error = self.actor.stop_supervised(owner, holders, grace, self.surveyor.nvml_timeout)
+            if changed:
+                self.ended_gpus.update(g for h in holders for g in h['gpus'])
+            if error:
+                getattr(self.surveyor, 'supervisor_errors', {})[chosen.key] = error
+            action = act.Action('stop_supervised', supervisors.describe(owner), result, changed,
+                                runtime=owner['runtime'], program=owner['name'], unit=owner['unit'],
+                                command=supervisors.manual(owner))
+        elif chosen.kind == lever.STOP_UNIT:
+            result, changed = self.actor.stop_unit(chosen.key, grace)
+            action = act.Action('stop_unit', chosen.key, result, changed, unit=chosen.key)
+        else:
+            uid, unit = chosen.key
+            result, changed = self.actor.stop_user_unit(uid, unit, grace)
+            action = act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid)
+        if changed and chosen.kind in (lever.STOP_UNIT, lever.STOP_USER_UNIT):
+            self.watch.units.add(chosen.key)
+        self._record(action, since)
+        return changed
+
+    def _stop_supervised(self, survey):
+        """Stop, through its own supervisor, the program of each supervised holder of the selected
+        GPUs (gpu_lever.supervised_lever), and watch that it stays down; True when any was asked.
+        A failure is kept on the surveyor, so the holder is named with it, never signalled."""
+        holders = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
+        selected, levers = set(survey.selected), []
+        for holder in holders:
+            if not set(holder['context_gpus']) & selected:
+                continue
+            chosen = lever.supervised_lever(holder, self.match)
+            if chosen.refusal is None and chosen.key not in self.watch.supervised \
+                    and all(chosen.key != other.key for other in levers):
+                levers.append(chosen)
+        for chosen in levers:
+            self.watch.supervised.add(chosen.key)
+            self._pull(chosen, [h for h in holders if supervisors.key(h['owner']) == chosen.key])
+        return bool(levers)
 
     # --- respawns (gpu_respawn: which ancestors are watched, what counts as a respawn) -----------
 
     def _watch_parents(self, targets):
         """Before ending targets, watch their live ancestors (gpu_respawn.Watch.add)."""
         if not self.actor.recording:
-            self.respawns.add(targets)
+            self.watch.parents.add(targets)
 
     def _respawned(self, survey):
         """A watched ancestor that already brought a holder back (it runs an ended program again,
         or holds a context on the selected GPUs) is dealt with: made the target, or named. True
         when one did."""
-        if not self.respawns.watched():
+        if not self.watch.parents.watched():
             return False
         holders = set(h['pid'] for h in survey.holders_of_selected() if h['context_gpus'])
-        found = self.respawns.poll(holders)
+        found = self.watch.parents.poll(holders)
         for pid, new_pids in sorted(found.items()):
             self._respawn(pid, new_pids, survey)
         return bool(found)
@@ -599,14 +752,14 @@ class Ladder(object):
     def _settle(self, survey):
         """The GPUs read free: watch the live watched ancestors for up to gpu_respawn.WATCH_S, and
         no longer than one of them lives. True when one brought a holder back (handled)."""
-        watched = self.respawns.watched()
+        watched = self.watch.parents.watched()
         if not watched:
             return False
         found = {}
 
         def respawn_seen_or_none_left():
-            found.update(self.respawns.poll())
-            return bool(found) or not self.respawns.watched()
+            found.update(self.watch.parents.poll())
+            return bool(found) or not self.watch.parents.watched()
 
         since = self.clock()
         self.actor.wait_until(respawn_seen_or_none_left, respawn.WATCH_S)
@@ -614,7 +767,7 @@ class Ladder(object):
             self._respawn(pid, new_pids, survey)
         if not found:
             took = self.clock() - since
-            alive = self.respawns.watched()
+            alive = self.watch.parents.watched()
             if alive:
                 result = 'no respawn within %s (the bound); alive, not signalled: PID %s' % (
                     _seconds(respawn.WATCH_S), ', '.join(str(p) for p in alive))
@@ -628,7 +781,7 @@ class Ladder(object):
         """Ancestor `pid` brought a holder back as `new_pids`: when decide allows, it and every
         process started under it since the watch began are frozen (SIGSTOP, so none can start
         another) and become the next targets; otherwise it is named in the failure."""
-        entry = self.respawns.pop(pid)
+        entry = self.watch.parents.pop(pid)
         try:
             parent = self.surveyor.describe(pid, survey.snapshot)
         except observe.ProcessGone:
@@ -636,19 +789,20 @@ class Ladder(object):
         if parent['start_time'] != entry.start_time:
             return
         holds_gpu = any(h['pid'] == pid for h in survey.holders)
-        lever = decide.respawner_lever(parent, self.match, holds_gpu)
+        refusal = lever.respawner_lever(parent, self.match, holds_gpu).refusal
+        why = say.respawner_refusal(parent, refusal)
         what = 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
             ', '.join(str(p) for p in sorted(entry.ended)), ', '.join(str(p) for p in new_pids),
             self.clock() - entry.since)
-        if lever:
-            self.respawners.append(dict(parent, reason=lever, respawned=what))
-            result = '%s; not signalled: %s' % (what, lever)
+        if refusal:
+            self.watch.respawners.append(dict(parent, reason=why, respawned=what))
+            result = '%s; not signalled: %s' % (what, why)
         else:
             result = '%s; the %s becomes the target' % (what, respawn.kinship(entry.depth))
         self._record(act.Action('respawn', _who(parent), result, False, pid=pid, name=parent['name'],
                                 pids=list(new_pids)))
-        if not lever:
-            self.respawn_targets += self._freeze(parent, entry, survey)
+        if not refusal:
+            self.watch.next_targets += self._freeze(parent, entry, survey)
 
     def _freeze(self, parent, entry, survey):
         """SIGSTOP the respawner, then, top down, what started under it since the watch began,
@@ -662,9 +816,9 @@ class Ladder(object):
                 action = self._signal(holder, signal.SIGSTOP)
                 if action.changed:
                     holder['state'] = 'stopped'
-                    self.frozen[(holder['pid'], holder['start_time'])] = holder
+                    self.watch.frozen[(holder['pid'], holder['start_time'])] = holder
                     frozen.append(holder)
-            fresh = [p for p in self.respawns.new_descendants(entry) if p not in seen]
+            fresh = [p for p in self.watch.parents.new_descendants(entry) if p not in seen]
             seen.update(fresh)
             candidates = []
             for pid in fresh:
@@ -682,42 +836,33 @@ class Ladder(object):
     def _give_up_respawns(self):
         """Respawners still to be ended when the passes ran out are named, not ended, and what it
         froze is let go (SIGCONT): the host is left as it was found."""
-        for target in self.respawn_targets:
+        for target in self.watch.take_next_targets():
             if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
-                self.respawners.append(dict(target, reason='the passes ran out before it was ended',
-                                            respawned='see actions'))
-        self.respawn_targets = []
+                self.watch.respawners.append(dict(target, reason='the passes ran out before it was ended',
+                                                  respawned='see actions'))
         self._thaw()
 
     def _thaw(self):
         """SIGCONT to what the ladder froze and has not let go since, the last frozen first."""
-        for key, holder in reversed(list(self.frozen.items())):
+        for key, holder in reversed(list(self.watch.frozen.items())):
             if key not in self.killed:
                 self._signal(holder, signal.SIGCONT)
-        self.frozen = {}
+        self.watch.frozen.clear()
 
     # --- signals ----------------------------------------------------------------------------
 
     def _escalate(self, targets, protected_units):
         if self.stop_units:
-            units = decide.units_to_stop(targets, protected_units, self.surveyor.backend.infrastructure_units)
-            for unit in units:
-                since = self.clock()
-                result, changed = self.actor.stop_unit(unit, 0 if self.force else self.term_timeout)
-                self._record(act.Action('stop_unit', unit, result, changed, unit=unit), since)
-                if changed:
-                    self.ended_gpus.update(g for t in targets if t['unit'] == unit for g in t['gpus'])
+            # A supervisor's unit is never stopped whole (it ends every program it runs): a holder
+            # left in it outside the supervisor (an orphan of a stopped program) is signalled.
+            protected_units = set(protected_units) | set(getattr(self.surveyor, 'supervisor_units', ()))
             # A user's own service goes through her own manager, run as her: it can stop
-            # nothing she could not stop herself.
-            user_units = decide.user_units_to_stop(targets)
-            for uid, unit in user_units:
-                since = self.clock()
-                result, changed = self.actor.stop_user_unit(uid, unit, 0 if self.force else self.term_timeout)
-                self._record(act.Action('stop_user_unit', unit, result, changed, unit=unit, uid=uid), since)
-                if changed:
-                    mine = [t for t in targets if (t['owner'].get('uid'), t['owner'].get('unit')) == (uid, unit)]
-                    self.ended_gpus.update(g for t in mine for g in t['gpus'])
-            if units or user_units:
+            # nothing she could not stop herself. System units first, then users' units.
+            levers = self._plan_units(targets, protected_units)
+            for chosen, owned in levers:
+                if self._pull(chosen):
+                    self.ended_gpus.update(g for t in owned for g in t['gpus'])
+            if levers:
                 targets = self.actor.alive(targets)
         killed = []
         if not self.force:
@@ -727,7 +872,7 @@ class Ladder(object):
             for holder, action in terms:
                 if action.changed and holder['state'] == 'stopped':
                     self._signal(holder, signal.SIGCONT)
-                    self.frozen.pop((holder['pid'], holder['start_time']), None)
+                    self.watch.frozen.pop((holder['pid'], holder['start_time']), None)
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say), and a traced stopped one cannot act on it:
             # waiting out the grace for them frees nothing.
@@ -749,6 +894,21 @@ class Ladder(object):
                 self._record(act.Action('unreachable', _who(holder), 'alive after SIGKILL (state %s)'
                                         % self.actor.state_of(holder), False,
                                         pid=holder['pid'], name=holder['name']))
+
+    def _plan_units(self, targets, protected_units):
+        """[(lever, the targets it ends)] of the units owning targets that may be stopped: the
+        system manager's (gpu_lever.unit_lever), then users' own (user_unit_lever)."""
+        vendor_units = self.surveyor.backend.infrastructure_units
+        planned = []
+        for make in (lambda t: lever.unit_lever(t, protected_units, vendor_units, is_protected=decide.protected_unit),
+                     lever.user_unit_lever):
+            chosen = [(t, make(t)) for t in targets]
+            keys = []
+            for _target, one in chosen:
+                if one.refusal is None and one.key not in keys:
+                    keys.append(one.key)
+                    planned.append((one, [t for t, other in chosen if other.refusal is None and other.key == one.key]))
+        return planned
 
     def _wait_outcomes(self, sent, timeout, signame):
         """Wait for the processes `sent` (holder, action) a signal to exit; say in each action
@@ -791,7 +951,7 @@ class Ladder(object):
         keepers.update((h['pid'], h) for h in targets if h['pid'] in self.unreachable)
         # A guest's systemd seen restarting what was killed from here brings it back as often as
         # it is killed, and this host cannot stop that unit: its GPU is not waited for.
-        keepers.update((h['pid'], h) for h in targets if _guest_unit(h) in self.respawning_guest_units)
+        keepers.update((h['pid'], h) for h in targets if _guest_unit(h) in self.watch.guest_units)
         hopeful, blocked, unseen = [], {}, []
         for row in survey.rows:
             if row['free']:
@@ -807,7 +967,7 @@ class Ladder(object):
             hopeful += unseen
             unseen = []
         if not hopeful:
-            restarting = self.respawning_guest_units
+            restarting = self.watch.guest_units
             why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), _held_because(h, self.unreachable, restarting))
                                                     for h in kept)) for index, kept in sorted(blocked.items())]
             why += ['GPU %d: memory held by no visible process and not falling' % index for index in unseen]
@@ -906,18 +1066,18 @@ class Ladder(object):
                         reason_code=decide.PEER_MEMORY))
                 else:
                     remaining.append(dict(h, reason='has the device open (blocks a reset)', reason_code=decide.DEVICE_OPEN))
-        for parent in self.respawners:
+        for parent in self.watch.respawners:
             remaining.append(dict(((k, v) for k, v in parent.items() if k != 'respawned'), reason_code=decide.RESPAWNS))
         result.update({
             'after': last.rows,
-            'free': last.free and not self.respawners,
+            'free': last.free and not self.watch.respawners,
             'spared': last.spared,
             'remaining': remaining,
             'diagnosis': last.diagnosis,
         })
         if not result['free'] and not self.actor.recording:
             result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
-                                                   self.respawners, self.surveyor.access.sentence())
+                                                   self.watch.respawners, self.surveyor.access.sentence())
         return result
 
 

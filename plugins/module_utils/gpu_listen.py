@@ -57,7 +57,7 @@ def unit_container(runtime, container_id, unified, timeout=10):
     owner = gpu_owner.new_owner(gpu_owner.CONTAINER, runtime=runtime, id=container_id)
     details = gpu_observe.runtime_details(owner, timeout=timeout)
     argv = ' '.join(gpu_owner.runtime_argv(runtime, 'inspect', owner) or [runtime])
-    if not details:
+    if not details or details.get('cli_error'):
         return {'id': container_id,
                 'error': '`%s` gave nothing (no such container, or the CLI missing, failing or not answering '
                          'within %ss)' % (argv, timeout)}

@@ -22,6 +22,7 @@ import threading
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 FORKNOEXEC_FLAG = 0x00000040  # PF_FORKNOEXEC: forked and not (yet) exec'd; cleared by execve
@@ -641,19 +642,27 @@ def user_unit_facts(uid, unit, timeout=10):
 
 def runtime_details(owner, timeout=10):
     """What a container's, pod's or guest's runtime says about it (gpu_owner.parse_inspect):
-    its readable name, restart policy, pod. Empty when the runtime's CLI is not on this host,
-    fails or does not answer within `timeout` seconds: the owner is then named by its id."""
-    row = gpu_owner.RUNTIMES.get(owner.get('runtime')) or {}
-    argv = gpu_owner.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
-    if not argv or not row.get('cli') or not which(row['cli']):
+    its readable name, restart policy, pod. Only `cli_error` ({'code': gpu_owner.CLI_MISSING,
+    CLI_TIMEOUT or CLI_FAILED, 'text'}) when the runtime's CLI is not on this host, fails or
+    does not answer within `timeout` seconds: the owner is then named by its id; empty for a
+    runtime this module has no CLI for."""
+    row = gpu_lever.RUNTIMES.get(owner.get('runtime')) or {}
+    argv = gpu_lever.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
+    if not argv or not row.get('cli'):
         return {}
+    said = ' '.join(argv)
+    if not which(row['cli']):
+        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': '%s is not on PATH here' % row['cli']}}
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                              check=False, universal_newlines=True)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
+    except subprocess.TimeoutExpired:
+        return {'cli_error': {'code': gpu_owner.CLI_TIMEOUT, 'text': '`%s` did not answer within %ss' % (said, timeout)}}
+    except OSError as exc:
+        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': '`%s` could not start: %s' % (said, exc)}}
     if out.returncode != 0:
-        return {}
+        return {'cli_error': {'code': gpu_owner.CLI_FAILED, 'text': '`%s` failed (rc=%d): %s' % (
+            said, out.returncode, (out.stderr or out.stdout).strip()[-300:])}}
     details = gpu_owner.parse_inspect(row['parse'], out.stdout)
     # The runtime's word that this id is the holder's: the cgroup of the init PID it gives
     # (gpu_trust.confirm compares its container id with the holder's).
@@ -770,3 +779,98 @@ def _children_by_scan(pid, proc):
         except ProcError:
             continue
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Supervisors (gpu_supervisor): the facts its rows match, and their status commands
+# ---------------------------------------------------------------------------------------------
+
+def _safe_dir(path):
+    """True when `path` is a directory owned by root and not group- or world-writable."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return info.st_uid == 0 and not info.st_mode & 0o022 and os.path.isdir(path)
+
+
+def _pm2_home(base, uid):
+    """($PM2_HOME of a process, whether its pm2.pid names the process): pm2 writes its God
+    Daemon's PID there. Read only for a process whose home is known."""
+    try:
+        env = dict(item.split(b'=', 1) for item in _read(base + '/environ').split(b'\0') if b'=' in item)
+    except OSError:
+        return None, False
+    home = env.get(b'PM2_HOME') or (env.get(b'HOME', b'').rstrip(b'/') + b'/.pm2' if env.get(b'HOME') else None)
+    if not home:
+        return None, False
+    home = home.decode('utf-8', 'replace')
+    try:
+        info = os.stat(home + '/pm2.pid')
+        text = _read(home + '/pm2.pid').decode('ascii', 'replace').strip()
+    except OSError:
+        return home, False
+    return home, info.st_uid == uid and text == base.rsplit('/', 1)[1]
+
+
+def supervisor_chain(pid, proc='/proc', depth=None):
+    """gpu_supervisor.Links of `pid` and its ancestors, nearest first, at most
+    gpu_supervisor.MAX_DEPTH above it, ending at PID 1 or a process that cannot be read. argv
+    is read for root processes only; pm2's pid file only for a `node`. The walk ends at the first
+    ancestor in another cgroup than `pid`'s (a supervisor's programs share its unit's)."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor
+    depth = gpu_supervisor.MAX_DEPTH if depth is None else depth
+    chain = []
+    while pid and pid > 1 and len(chain) <= depth:
+        base = '%s/%d' % (proc, pid)
+        try:
+            info = describe_process(pid, proc)
+            exe = os.readlink(base + '/exe')
+        except (ProcError, OSError):
+            break
+        argv = cwd = home = None
+        cwd_root = pm2 = False
+        if info.uids and all(uid == 0 for uid in info.uids):
+            try:
+                argv = [a.decode('utf-8', 'replace') for a in _read(base + '/cmdline').split(b'\0')[:-1]]
+            except OSError:
+                argv = None
+        try:
+            cwd = os.readlink(base + '/cwd')
+            cwd_root = _safe_dir(cwd) and _safe_dir(os.path.join(cwd, 'supervise'))
+        except OSError:
+            cwd = None
+        if os.path.basename(exe) in ('node', 'nodejs') and info.uid is not None:
+            home, pm2 = _pm2_home(base, info.uid)
+        chain.append(gpu_supervisor.Link(pid, info.start_time, info.ppid, exe, info.exe_uid, info.uids,
+                                         info.cgroup, argv, cwd, cwd_root, pm2, home))
+        pid = info.ppid
+        if chain[-1].cgroup != chain[0].cgroup:
+            break
+    return chain
+
+
+def supervisor_status(argv, timeout, uid=None, home=None):
+    """(code, output) of a supervisor's status command, bounded: code 'ok', 'rc=N' (it exited N:
+    `supervisorctl status` exits 3 when a program is not running, so the output decides), or
+    gpu_owner's CLI_MISSING, CLI_TIMEOUT with what went wrong. Run as user `uid` (with PM2_HOME
+    `home`) when given: pm2's daemon is that user's."""
+    if not which(argv[0]):
+        return gpu_owner.CLI_MISSING, '%s is not on PATH here' % argv[0]
+    keywords = {}
+    if uid:
+        try:
+            entry = pwd.getpwuid(uid)
+        except KeyError:
+            return gpu_owner.CLI_FAILED, 'user %s does not exist' % uid
+        keywords = {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'cwd': '/',
+                    'env': {'HOME': entry.pw_dir, 'PM2_HOME': home or entry.pw_dir + '/.pm2',
+                            'PATH': os.environ.get('PATH', '/usr/bin:/bin')}}
+    try:
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                             check=False, universal_newlines=True, **keywords)
+    except subprocess.TimeoutExpired:
+        return gpu_owner.CLI_TIMEOUT, '`%s` did not answer within %ss' % (' '.join(argv), timeout)
+    except OSError as exc:
+        return gpu_owner.CLI_MISSING, '`%s` could not start: %s' % (' '.join(argv), exc)
+    return ('ok' if out.returncode == 0 else 'rc=%d' % out.returncode), out.stdout.strip()

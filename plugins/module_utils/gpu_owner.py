@@ -12,8 +12,8 @@ is the kind 'user' (`controlled_by` 'user', or 'unknown' where the owners could 
 and its innermost unit name is a candidate for that user's own manager only. gpu_trust
 decides which levers an owner allows.
 
-Pure: parsing and the runtime table only. Running a runtime's CLI is observation
-(gpu_observe.runtime_details) or action (gpu_act); both take their argv from RUNTIMES.
+Pure: parsing only. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's
+table; running it is observation (gpu_observe.runtime_details) or action (gpu_act).
 
 Where each cgroup layout comes from is cited in tests/unit/plugins/module_utils/test_gpu_owner.py
 beside a real path.
@@ -34,6 +34,11 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import esc
 # 'user': a cgroup a local user controls (see the module doc): never a root lever.
 POD, CONTAINER, GUEST, USER, SERVICE, SESSION, SCOPE, NONE = (
     'pod', 'container', 'guest', 'user', 'service', 'session', 'scope', 'none')
+# A process supervisor's program (gpu_supervisor): never read from a cgroup, only from the
+# holder's ancestry (gpu_flow.supervise_owners); it ranks after container and guest, before service.
+SUPERVISOR = 'supervisor'
+# Why an owner's CLI (a runtime's, a supervisor's) gave no answer: `cli_error` {'code', 'text'}.
+CLI_MISSING, CLI_TIMEOUT, CLI_FAILED = 'cli_missing', 'cli_timeout', 'cli_failed'
 # Who chose the names of an owner's cgroup: root alone, a user (`uid`), or unknown (a
 # directory that could not be read, a path outside this cgroup namespace).
 ROOT, BY_USER, UNKNOWN = 'root', 'user', 'unknown'
@@ -63,51 +68,6 @@ _USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
 _VALID_UNIT = re.compile(r'^[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\-]+)?\.(?:service|scope)$')
 UNIT_NAME_MAX = 255
 
-# One row per runtime: the program that reaches it, how to read a container's details
-# (`{id}` and `{namespace}` are filled in), how its output is read, and how to stop one.
-# `stop` None: this module never stops what the runtime owns (a pod is the kubelet's;
-# a guest is a whole operating system).
-RUNTIMES = {
-    'docker': {
-        'cli': 'docker',
-        'inspect': ['docker', 'inspect', '--type', 'container', '--', '{id}'],
-        'parse': 'docker',
-        'stop': ['docker', 'stop', '-t', '{grace}', '--', '{id}'],
-    },
-    'podman': {
-        'cli': 'podman',
-        'inspect': ['podman', 'container', 'inspect', '--', '{id}'],
-        'parse': 'docker',
-        'stop': ['podman', 'stop', '-t', '{grace}', '--', '{id}'],
-    },
-    'containerd': {
-        'cli': 'nerdctl',
-        'inspect': ['nerdctl', '--namespace', '{namespace}', 'container', 'inspect', '--', '{id}'],
-        'parse': 'docker',
-        'stop': ['nerdctl', '--namespace', '{namespace}', 'stop', '-t', '{grace}', '--', '{id}'],
-    },
-    'cri-containerd': {
-        'cli': 'crictl',
-        'inspect': ['crictl', 'inspect', '-o', 'json', '{id}'],
-        'parse': 'crictl',
-        'stop': None,
-    },
-    'cri-o': {
-        'cli': 'crictl',
-        'inspect': ['crictl', 'inspect', '-o', 'json', '{id}'],
-        'parse': 'crictl',
-        'stop': None,
-    },
-    'proxmox': {
-        'cli': 'pct',
-        'inspect': ['pct', 'config', '{id}'],
-        'parse': 'pct',
-        'stop': None,
-    },
-    'lxc': {'cli': None, 'inspect': None, 'parse': None, 'stop': None},
-    'systemd-nspawn': {'cli': None, 'inspect': None, 'parse': None, 'stop': None},
-}
-
 
 def new_owner(kind, cgroup=None, **fields):
     """An owner record with every key present (the RETURN documents them all).
@@ -115,11 +75,13 @@ def new_owner(kind, cgroup=None, **fields):
     `controlled_by` (ROOT, BY_USER, UNKNOWN) and `uid` say who chose the cgroup's names;
     `manager` whose systemd manager `unit` is (SYSTEM_MANAGER, USER_MANAGER, None);
     `confirmed` whether that manager or the container's runtime confirmed that it owns this
-    cgroup (gpu_trust.confirm; None until asked)."""
+    cgroup (gpu_trust.confirm; None until asked); `supervisor` a process supervisor's facts
+    (kind SUPERVISOR, gpu_supervisor); `cli_error` {'code': CLI_MISSING, CLI_TIMEOUT or
+    CLI_FAILED, 'text'} when the owner's CLI was asked and gave no answer."""
     owner = {'kind': kind, 'runtime': None, 'id': None, 'name': None, 'namespace': None,
              'unit': None, 'guest_unit': None, 'pod': None, 'restart_policy': None,
              'cgroup': cgroup, 'controlled_by': ROOT, 'uid': None, 'manager': None,
-             'confirmed': None}
+             'confirmed': None, 'supervisor': None, 'cli_error': None}
     owner.update(fields)
     return owner
 
@@ -363,7 +325,7 @@ def _pod_owner(parts, index, path):
                      pod={'namespace': None, 'name': None, 'uid': uid})
 
 
-_RANK = {POD: 0, CONTAINER: 1, GUEST: 2, USER: 3, SERVICE: 4, SESSION: 5, SCOPE: 6, NONE: 7}
+_RANK = {POD: 0, CONTAINER: 1, GUEST: 2, USER: 3, SUPERVISOR: 4, SERVICE: 4, SESSION: 5, SCOPE: 6, NONE: 7}
 
 
 def owner_from_cgroup(text, dir_uids=None):
@@ -396,15 +358,18 @@ def owner_from_cgroup(text, dir_uids=None):
 # ---------------------------------------------------------------------------------------------
 
 def runtime_argv(runtime, action, owner, grace=None):
-    """The argv for `action` ('inspect' or 'stop') of `owner` through its runtime, or None when
-    the runtime has no such command (a pod is never stopped from here)."""
-    row = RUNTIMES.get(runtime)
-    template = row.get(action) if row else None
-    if not template:
-        return None
-    values = {'{id}': owner['id'] or '', '{namespace}': owner.get('namespace') or 'default',
-              '{grace}': '%d' % max(0, int(round(grace or 0)))}
-    return [values.get(arg, arg) for arg in template]
+    """The argv for `action` ('inspect' or 'stop') of `owner` through its runtime's row of
+    gpu_lever.RUNTIMES, or None when the runtime has no such command."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
+    return gpu_lever.runtime_argv(runtime, action, owner, grace)
+
+
+def __getattr__(name):
+    """RUNTIMES, the runtimes' rows, live in gpu_lever's table (one table of owners and levers)."""
+    if name == 'RUNTIMES':
+        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
+        return gpu_lever.RUNTIMES
+    raise AttributeError(name)
 
 
 def parse_inspect(style, text):
@@ -469,6 +434,9 @@ def describe(owner):
     """A short phrase naming the owner, for messages: 'podman container sglang (3f2a1b0c4d5e)'.
     Names that users or runtimes chose are escaped (gpu_text.escape_text)."""
     kind = owner['kind']
+    if kind == SUPERVISOR:
+        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor
+        return gpu_supervisor.describe(owner)
     short = escape_text((owner['id'] or '')[:12])
     name = escape_text(owner['name'])
     if kind == POD:

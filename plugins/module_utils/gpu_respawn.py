@@ -259,3 +259,37 @@ class Watch(object):
             if identity is not None and entry.known.get(pid) != identity.start_time:
                 new.append(pid)
         return new
+
+
+class Comebacks(object):
+    """Everything that can bring a holder back, and what the ladder knows of each, in one place
+    (gpu_lever's watches):
+
+    - a unit's Restart= (WATCH_UNIT): its lever stops the unit; `units` are the ones stopped;
+    - a container's restart policy (WATCH_CONTAINER): its lever stops the container, once a run;
+      `containers` are the (runtime, id) stopped;
+    - a watched ancestor (WATCH_PARENT): `parents` (Watch) from before the ladder ends targets;
+      one that brought a holder back is frozen (`frozen`, let go with SIGCONT if not ended) and it
+      and what it started become `next_targets`, or, when its lever is refused, it is named
+      (`respawners`);
+    - the settle window: once the GPUs read free, `parents` are watched up to WATCH_S;
+    - a supervisor's autorestart (WATCH_SUPERVISOR): its lever stops the program through the
+      supervisor, and gpu_act watches its status stay down; `supervised` are the programs stopped
+      (gpu_supervisor.key), never twice;
+    - a guest's own systemd (WATCH_GUEST): `guest_units` ((guest cgroup, unit)) were seen
+      restarting what was killed from the host: never signalled again, named instead.
+    """
+
+    def __init__(self, reader, clock, proc_error):
+        self.units = set()
+        self.containers = set()
+        self.supervised = set()
+        self.parents = Watch(reader, clock, proc_error)
+        self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
+        self.next_targets = []    # respawners (and their new processes) to end next
+        self.respawners = []      # respawning ancestors this run may not end: the failure names them
+        self.guest_units = set()  # (guest cgroup, unit) seen restarting what was killed
+
+    def take_next_targets(self):
+        targets, self.next_targets = self.next_targets, []
+        return targets

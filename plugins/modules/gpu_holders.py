@@ -265,12 +265,14 @@ holders:
         kind:
           description: "pod (Kubernetes; never signalled), container, guest (LXC, Proxmox, systemd-nspawn),
             user (a cgroup a local user named: her delegated subtree below user@UID.service, or below
-            a directory root does not own; never a system unit, container or pod), service, session,
-            scope (another systemd scope) or none."
+            a directory root does not own; never a system unit, container or pod), supervisor (a
+            program of a process supervisor: supervisord, runit, s6, pm2; see C(supervisor)),
+            service, session, scope (another systemd scope) or none."
           type: str
         runtime:
           description: "docker, podman, containerd (nerdctl, ctr), cri-containerd, cri-o, lxc, proxmox,
-            systemd-nspawn, systemd (for units), or null."
+            systemd-nspawn, systemd (for units), for kind supervisor supervisord, runit, s6 or pm2,
+            or null."
           type: str
         id:
           description: "Container id (64 hex digits), guest name or Proxmox VMID, or null."
@@ -319,6 +321,26 @@ holders:
         cgroup:
           description: "The cgroup path the owner was read from."
           type: str
+        supervisor:
+          description:
+            - "For kind supervisor (then C(name) is the program, C(id) what its supervisor's CLI
+              names it by: the supervisord program, the runit or s6 service directory, the pm2
+              name, and C(unit) the supervisor's systemd unit): C(runtime)'s facts, else null."
+            - "C(pid), C(start_time): the supervisor (supervisord, runsvdir, s6-svscan, pm2's
+              daemon); C(program_pid): its child on the holder's path; C(service): the service
+              directory (runit, s6: the monitor's cwd); C(conf): supervisord's C(-c); C(home),
+              C(uid): pm2's home and user."
+          type: dict
+        cli_error:
+          description:
+            - "Null, or C({code, text}) when the owner's CLI (a container's runtime, a supervisor's
+              status) was asked and gave no answer: C(code) cli_missing (not on PATH),
+              cli_timeout (no answer within O(nvml_timeout)), cli_failed (a refusing exit or output
+              not understood), or for a supervisor supervisor_not_listed (its status lists no
+              program with that PID)."
+            - "M(gpuops.reclaim.gpu_reclaim) signals no such holder of a container or supervisor:
+              its failure names the command to run by hand."
+          type: dict
       sample: {kind: container, runtime: podman, id: 9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b,
                name: sglang, namespace: null, unit: libpod-9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b.scope,
                guest_unit: null, pod: null, restart_policy: always, controlled_by: root, uid: null,
@@ -342,6 +364,13 @@ holders:
       returned: success
     protected_reason:
       description: "Why it is protected, or null."
+      type: str
+      returned: success
+    protected_code:
+      description:
+        - "Why it is protected, as a code for callers and tests (read it, not the sentence): C(pid_init),
+          C(kthread), C(own_tree) (this module's caller or child), C(pod), C(container_init),
+          C(infrastructure), C(pattern) (O(protect)); null when not protected."
       type: str
       returned: success
 clients:

@@ -15,7 +15,8 @@ version_added: "1.0.0"
 description:
   - Finds the holders of the selected GPUs (O(gpus)) exactly as M(gpuops.reclaim.gpu_holders)
     does, then escalates on them only; processes that hold only other GPUs are never touched
-  - 0. stops the container that owns a holder through its runtime (O(stop_containers));
+  - 0. stops the container that owns a holder through its runtime (O(stop_containers)), and the
+    program of a holder that a process supervisor runs through that supervisor (O(stop_supervised));
   - 1. stops the systemd service unit that owns a holder (O(stop_units)), so C(Restart=) cannot
     bring it back; a unit of a user's own manager is stopped through that manager, as that user;
   - Levers and shields follow a trust boundary. Only cgroups root named choose a system unit
@@ -118,6 +119,25 @@ options:
       - With V(false), a holder whose container restarts it (its runtime reports a restart
         policy) is left alone, since killing it would only bring it back, and the failure names
         the container.
+    type: bool
+    default: true
+  stop_supervised:
+    description:
+      - "Stop the program of a holder that a process supervisor runs through that supervisor, before
+        any signal, so its autorestart cannot bring the holder back: supervisord (C(supervisorctl -c
+        CONF stop PROGRAM)), runit (C(sv -w GRACE force-stop DIR)), s6 (C(s6-svc -wd -T MS -d DIR)),
+        pm2 (C(pm2 stop NAME), run as the daemon's user). Every other program of that supervisor,
+        the supervisor and its systemd unit keep running; the unit is never stopped whole
+        (O(stop_units) does not apply to it). The program is watched to stay down (its supervisor's
+        status) before the GPUs count as free."
+      - "The supervisor is recognised by identity on the holder's ancestry, never by a title or a
+        command line: its unit's MainPID (systemd's record), a root-owned executable, root-owned
+        service directories; the program from the supervisor's own status, matched by PID (see
+        M(gpuops.reclaim.gpu_holders), owner kind C(supervisor))."
+      - "A supervised holder is never signalled. With V(false), or when the supervisor's CLI is
+        missing, does not answer within O(nvml_timeout) or refuses, it is left and the failure names
+        the exact command to run by hand (e.g. C(supervisorctl -c /etc/supervisor/supervisord.conf
+        stop worker))."
     type: bool
     default: true
   match:
@@ -237,7 +257,8 @@ actions:
   contains:
     step:
       description:
-        - "stop_container, stop_unit, stop_user_unit (a unit of a user's own manager, stopped as that
+        - "stop_container, stop_supervised (a program stopped through its own supervisor, then watched
+          to stay down), stop_unit, stop_user_unit (a unit of a user's own manager, stopped as that
           user), sigstop (a respawner and what it started, before they are ended),
           sigterm, sigcont (right after SIGTERM, to a stopped holder or a stopped respawner), sigkill,
           unreachable, rescan, respawn (a watched ancestor ran an ended program again, or started a new
@@ -298,9 +319,18 @@ actions:
       type: str
       returned: when a container is concerned
     runtime:
-      description: "The container's runtime (docker, podman, containerd), for stop_container."
+      description: "The container's runtime (docker, podman, containerd), for stop_container; the
+        supervisor (supervisord, runit, s6, pm2), for stop_supervised."
       type: str
-      returned: when a container is concerned
+      returned: when a container or a supervisor is concerned
+    program:
+      description: "The supervised program, for stop_supervised (C(unit) is then the supervisor's unit)."
+      type: str
+      returned: for stop_supervised
+    command:
+      description: "The stop of stop_supervised as a person would run it by hand."
+      type: str
+      returned: for stop_supervised
     gpu:
       description: "The GPU index, for reset steps."
       type: int
@@ -373,7 +403,12 @@ remaining:
       C(zombie) its parent must reap it; C(unmatched) outside O(match); C(survived) a target
       still alive after the ladder; C(peer_memory) maps peer memory of a GPU still held (its
       C(lever) says what to do); C(device_open) a handle on a GPU still held (blocks a reset);
-      C(respawns) an ancestor that kept respawning holders.
+      C(respawns) an ancestor that kept respawning holders; C(supervised) a supervisor's program left
+      by O(stop_supervised=false); C(cli_missing), C(cli_timeout), C(cli_failed) a holder of a
+      container or a supervisor whose CLI is not on PATH, did not answer within O(nvml_timeout)
+      or refused (nothing signalled; its C(reason) names the command to run by hand);
+      C(supervisor_not_listed), C(supervisor_stop_failed), C(supervisor_restarted) its supervisor
+      listed no such program, did not put it down, or started it again.
   returned: always
   type: list
   elements: dict

@@ -1,16 +1,20 @@
 """Holders run by a real process supervisor under systemd: supervisord (Debian's supervisor,
-supervisor.service) and runit (Debian's runit + runit-run, runit.service running runsvdir on
-/etc/service), on a lab node booted with LAB_RUNTIMES=1 (tests/lab/README.md, 'Runtime nodes').
+supervisor.service), runit (Debian's runit + runit-run, runit.service running runsvdir on
+/etc/service) and s6 (Debian's s6: a unit this test writes runs s6-svscan on a scan directory of
+its own), on a lab node booted with LAB_RUNTIMES=1 (tests/lab/README.md, 'Runtime nodes').
 
 Each supervisor runs two programs with automatic restart on: the holder (`fakegpu hold`,
-re-titling itself once it holds the GPU, as SGLang's scheduler does) and a bystander that
-must survive any reclaim of the holder. Every program sits in the supervisor's own unit
-cgroup, so the only lever today's owner code knows is that whole unit.
+re-titling itself and loading 2 s before it takes the GPU, as SGLang's scheduler does) and a
+bystander that must survive any reclaim of the holder. Every program sits in the supervisor's
+own unit cgroup, so the unit's only lever is the whole unit, which would end every program.
 
-The tests marked xfail(strict=True) are the acceptance tests of issue 19 item 3 (supervisors
-as owners, docs/DEVELOPING.md 'Plan: process supervisors as owners'): they fail today,
-because gpu_reclaim stops the supervisor's whole unit, and flip to a strict failure (XPASS)
-once the owner table knows supervisors, when the mark is to be removed.
+These are issue 19 item 3's acceptance tests (supervisors as owners, gpu_supervisor; until it
+landed they were xfail(strict), gpu_reclaim stopping the supervisor's whole unit): the owner
+is the supervisor's program, stopped through the supervisor, and nothing else is.
+
+pm2 has no lab test: it is not packaged in Debian 12 (`apt-cache policy pm2` lists nothing; pm2
+comes from npm), so its row is tested on `pm2 jlist` output written from pm2's documented
+format only (tests/unit/plugins/module_utils/test_gpu_supervisor.py).
 """
 
 import re
@@ -37,7 +41,7 @@ class Supervisord:
 
     def start(self, lab, node, gpu, mib):
         lab.exec(node, "cat > %s <<'EOF'\n"
-                       "[program:%s]\ncommand=/usr/local/bin/fakegpu hold --gpu %d:%d --title sglang-sup\n"
+                       "[program:%s]\ncommand=/usr/local/bin/fakegpu hold --gpu %d:%d --title sglang-sup --load-s 2\n"
                        "autorestart=true\nstartsecs=1\n"
                        "[program:%s]\ncommand=%s\nautorestart=true\nstartsecs=1\n"
                        "EOF\n"
@@ -74,7 +78,7 @@ class Runit:
     unit = "runit.service"
 
     def start(self, lab, node, gpu, mib):
-        for service, run in ((HOLDER, "/usr/local/bin/fakegpu hold --gpu %d:%d --title sglang-runit" % (gpu, mib)),
+        for service, run in ((HOLDER, "/usr/local/bin/fakegpu hold --gpu %d:%d --title sglang-runit --load-s 2" % (gpu, mib)),
                              (BYSTANDER, BYSTANDER_CMD)):
             lab.exec(node, "mkdir -p /etc/sv/%s && printf '#!/bin/sh\\nexec %%s\\n' %s > /etc/sv/%s/run && "
                            "chmod +x /etc/sv/%s/run && ln -sfn /etc/sv/%s /etc/service/%s"
@@ -105,7 +109,49 @@ class Runit:
         return r"sv down \S*%s" % re.escape(program)
 
 
-SUPERVISORS = {"supervisord": Supervisord(), "runit": Runit()}
+class S6:
+    """Debian's s6 under a systemd unit this test writes: s6-svscan (the unit's MainPID) on the
+    scan directory SCAN, one s6-supervise per service directory in it (its cwd), each program
+    s6-supervise's child."""
+
+    name = "s6"
+    unit = "gpuops-t-s6.service"
+    scan = "/etc/gpuops-t-s6"
+
+    def prepare_script(self):
+        return ("mkdir -p %s && printf '[Service]\\nExecStart=/usr/bin/s6-svscan %s\\n' > /etc/systemd/system/%s && "
+                "systemctl daemon-reload" % (self.scan, self.scan, self.unit))
+
+    def start(self, lab, node, gpu, mib):
+        for service, run in ((HOLDER, "/usr/local/bin/fakegpu hold --gpu %d:%d --title sglang-s6 --load-s 2" % (gpu, mib)),
+                             (BYSTANDER, BYSTANDER_CMD)):
+            lab.exec(node, "mkdir -p %s/%s && printf '#!/bin/sh\\nexec %%s\\n' %s > %s/%s/run && chmod +x %s/%s/run"
+                     % (self.scan, service, shlex.quote(run), self.scan, service, self.scan, service))
+        lab.exec(node, "s6-svscanctl -a %s" % self.scan)
+
+    def end_script(self):
+        # Stopping the unit ends s6-svscan, every s6-supervise and their programs (its cgroup).
+        return "systemctl stop %s 2>/dev/null; rm -rf %s; true" % (self.unit, self.scan)
+
+    def pid(self, lab, node, program):
+        out = lab.exec(node, "s6-svstat -o up,pid %s/%s 2>/dev/null || true" % (self.scan, program)).stdout.split()
+        return int(out[1]) if out[:1] == ["true"] and len(out) == 2 else None
+
+    def running(self, program, not_pid):
+        status = "s6-svstat -o up,pid %s/%s 2>/dev/null" % (self.scan, program)
+        return "%s | grep -q '^true [0-9]'%s" % (
+            status, " && ! %s | grep -q ' %d$'" % (status, not_pid) if not_pid else "")
+
+    def stopped(self, lab, node, program):
+        # Up false and wanted up false: put down by s6-svc -d (s6-supervise restarts nothing then).
+        return lab.exec(node, "s6-svstat -o up,wantedup %s/%s 2>/dev/null || true"
+                        % (self.scan, program)).stdout.split() == ["false", "false"]
+
+    def command(self, program):
+        return r"s6-svc -d \S*%s" % re.escape(program)
+
+
+SUPERVISORS = {"supervisord": Supervisord(), "runit": Runit(), "s6": S6()}
 
 
 def unit_main_pid(lab, node, unit):
@@ -119,6 +165,8 @@ def runtimes_node(lab):
     name = lab.nodes[-1]
     tools = lab.status().get(name, {}).get("tools", [])
     missing = [t for t in ("supervisord", "runit") if t not in tools]
+    if lab.exec(name, "command -v s6-svscan", check=False).returncode != 0:
+        missing.append("s6 (runtimes layer v3)")
     if missing:
         pytest.skip("the lab nodes have no %s: run with LAB_RUNTIMES=1 after `tests/lab/lab down` "
                     "(tests/lab/README.md, 'Runtime nodes')" % " or ".join(missing))
@@ -131,10 +179,11 @@ def reset(lab, node):
     """No test program in either supervisor, idle stand-in GPUs, both supervisors' units active
     (a test before may have stopped one) and supervisord answering: one call into the node."""
     units = " ".join(s.unit for s in SUPERVISORS.values())
-    lab.exec(node, "%s; %s; lab-reset-gpus --gpus %d >/dev/null; systemctl reset-failed %s; systemctl start %s; "
+    lab.exec(node, "%s; lab-reset-gpus --gpus %d >/dev/null; %s; systemctl reset-failed %s; systemctl start %s; "
                    "for i in $(seq 600); do supervisorctl pid >/dev/null 2>&1 && exit 0; sleep 0.05; done; "
                    "echo supervisord not answering >&2; exit 1"
-             % (SUPERVISORS["supervisord"].end_script(), SUPERVISORS["runit"].end_script(), lab.gpus, units, units),
+             % ("; ".join(s.end_script() for s in SUPERVISORS.values()), lab.gpus,
+                SUPERVISORS["s6"].prepare_script(), units, units),
              timeout=180)
 
 
@@ -169,8 +218,9 @@ def wait_held(lab, node, gpu, mib):
 def test_supervised_programs_sit_in_the_supervisors_unit(lab, supervised):
     """The shape the owner code meets, read from the real supervisors: automatic restart is
     on (a killed holder comes back); both programs in the supervisor's unit cgroup;
-    supervisord itself the holder's parent and the unit's MainPID; runit's runsv (the unit's
-    runsvdir's child, in the service directory) the holder's parent."""
+    supervisord itself the holder's parent and the unit's MainPID; runit's runsv (s6's
+    s6-supervise: the unit's runsvdir's or s6-svscan's child, in the service directory) the
+    holder's parent."""
     node, supervisor, holder, bystander = supervised
     lab.exec(node, "kill -9 %d" % holder)
     holder = wait_program(lab, node, supervisor, HOLDER, not_pid=holder)
@@ -186,14 +236,15 @@ def test_supervised_programs_sit_in_the_supervisors_unit(lab, supervised):
         assert lab.exec(node, "cat /proc/%d/cmdline | tr '\\0' ' '" % main_pid).stdout.split()[:2] == [
             "/usr/bin/python3", "/usr/bin/supervisord"]
     else:
+        monitor, service = {"runit": ("/usr/bin/runsv", "/etc/sv/%s" % HOLDER),
+                            "s6": ("/usr/bin/s6-supervise", "%s/%s" % (S6.scan, HOLDER))}[supervisor.name]
         assert int(lab.exec(node, "ps -o ppid= -p %d" % parent).stdout) == main_pid
-        assert lab.exec(node, "readlink /proc/%d/exe" % parent).stdout.strip() == "/usr/bin/runsv"
-        assert lab.exec(node, "readlink /proc/%d/cwd" % parent).stdout.strip() == "/etc/sv/%s" % HOLDER
+        assert lab.exec(node, "readlink /proc/%d/exe" % parent).stdout.strip() == monitor
+        assert lab.exec(node, "readlink /proc/%d/cwd" % parent).stdout.strip() == service
     holders = lab.module(node, "gpuops.reclaim.gpu_holders", {"gpus": ["5"]})
     assert [h["pid"] for h in holders["holders"]] == [holder]
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM3)
 def test_holders_names_the_supervisor_and_the_program(lab, supervised):
     node, supervisor, holder, _bystander = supervised
 
@@ -204,7 +255,6 @@ def test_holders_names_the_supervisor_and_the_program(lab, supervised):
     assert (owner["runtime"], owner["name"], owner["unit"]) == (supervisor.name, HOLDER, supervisor.unit)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM3)
 def test_holder_is_stopped_through_its_supervisor_and_every_other_program_keeps_running(lab, supervised):
     node, supervisor, holder, bystander = supervised
     _state, main_pid = unit_main_pid(lab, node, supervisor.unit)
@@ -229,7 +279,6 @@ def test_holder_is_stopped_through_its_supervisor_and_every_other_program_keeps_
     assert supervisor.stopped(lab, node, HOLDER)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM3)
 def test_without_the_supervisor_lever_the_failure_names_the_exact_command(lab, supervised):
     node, supervisor, holder, bystander = supervised
 
@@ -239,3 +288,38 @@ def test_without_the_supervisor_lever_the_failure_names_the_exact_command(lab, s
     assert re.search(supervisor.command(HOLDER), result["msg"]), result["msg"]
     assert not [a for a in result["actions"] if a["changed"]], result["actions"]
     assert supervisor.pid(lab, node, HOLDER) == holder and supervisor.pid(lab, node, BYSTANDER) == bystander
+
+
+def test_a_launchers_child_that_outlives_its_stopped_program_is_ended_never_the_unit(lab, runtimes_node):
+    """A supervised launcher whose child holds a GPU too (as SGLang's launcher and its
+    schedulers): supervisorctl stops the program (SIGTERM to the launcher only, supervisord's
+    default), the child outlives it as an orphan that nothing restarts any more, and the ladder
+    ends it with signals; supervisor.service is never stopped and the other program lives."""
+    node, supervisor = runtimes_node, SUPERVISORS["supervisord"]
+    reset(lab, node)
+    try:
+        lab.exec(node, "cat > %s <<'EOF'\n"
+                       "[program:%s]\ncommand=/usr/local/bin/fakegpu hold --gpu 5:300 --child 6:1000:sglang-child "
+                       "--title sglang-launch\nautorestart=true\nstartsecs=1\n"
+                       "[program:%s]\ncommand=%s\nautorestart=true\nstartsecs=1\n"
+                       "EOF\n"
+                       "supervisorctl update >/dev/null" % (supervisor.conf, HOLDER, BYSTANDER, BYSTANDER_CMD))
+        launcher = wait_program(lab, node, supervisor, HOLDER)
+        wait_held(lab, node, 6, 1000)
+        bystander = wait_program(lab, node, supervisor, BYSTANDER)
+        child = int(lab.exec(node, "ps -o pid= --ppid %d" % launcher).stdout.split()[0])
+        _state, main_pid = unit_main_pid(lab, node, supervisor.unit)
+
+        result = lab.module(node, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["5", "6"]))
+
+        assert not result.get("failed"), result.get("msg")
+        assert result["free"] is True
+        steps = [(a["step"], a.get("pid")) for a in result["actions"] if a["changed"]]
+        assert steps[0] == ("stop_supervised", None), result["actions"]
+        assert ("sigterm", child) in steps, result["actions"]
+        assert not [a for a in result["actions"] if a["step"] == "stop_unit"], result["actions"]
+        assert supervisor.stopped(lab, node, HOLDER)
+        assert supervisor.pid(lab, node, BYSTANDER) == bystander
+        assert unit_main_pid(lab, node, supervisor.unit) == ("active", main_pid)
+    finally:
+        reset(lab, node)

@@ -61,6 +61,13 @@ def reclaim_results(lock_path):
                                      cgroup='/machine.slice/machine-g1.scope/payload/system.slice/sglang.service')
     results.append(Ladder(ScriptedSurveyor(guest, free()), actor=ScriptedActor()).run())
     results.append(Ladder(ScriptedSurveyor(user_held(), free()), actor=ScriptedActor()).run())
+    # a supervisor's program, stopped through its supervisor (check mode: the stop_supervised step)
+    supervised = held_by((16, 'exits-on-term'), cgroup='0::/system.slice/supervisor.service')
+    supervised.holders[0]['owner'].update(
+        kind='supervisor', runtime='supervisord', id='worker', name='worker', unit='supervisor.service',
+        supervisor={'pid': 40, 'start_time': 5, 'program_pid': 16, 'service': None,
+                    'conf': '/etc/supervisor/supervisord.conf', 'home': None, 'uid': 0})
+    results.append(Ladder(ScriptedSurveyor(supervised), check_mode=True).run())
     unit_stays = held_by((13, 'exits-on-kill'), (14, 'exits-on-term'))
     results.append(Ladder(ScriptedSurveyor(unit_stays, unit_stays, free()), actor=ScriptedActor()).run())
     # a loop respawning the worker (respawn, sigstop), and a shell that does not (settle)

@@ -1,0 +1,413 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Lever: from a holder and its owner to the lever that ends it for good, in one table.
+
+An owner (gpu_owner: a systemd unit of the system's or a user's manager, a container of a
+runtime, a pod, a guest, a respawning ancestor, none) calls for one lever (`Lever`):
+
+- what to run or signal (`kind`, `argv`: the command, from the table's row);
+- whether that is allowed here (`refusal` None), or a code saying why not: gpu_trust's codes
+  (who named the cgroup, whether the manager or runtime confirmed it) and this module's own
+  (the option is off, the unit is never stopped, the runtime cannot stop it from here...);
+- how a comeback is watched (`watch`): the unit's Restart=, the container's restart policy, a
+  guest's own systemd, a watched ancestor (gpu_respawn).
+
+All platform knowledge (which command reaches which owner, and how it comes back) is a row of
+`UNITS`, `RUNTIMES` or `SUPERVISORS` below; adding a runtime or a supervisor is a row plus its
+tests (docs/DEVELOPING.md). Pure: codes only; gpu_say writes the sentences, gpu_act runs the
+argv, gpu_observe runs `inspect`.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import collections
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
+
+# What a lever does (Lever.kind). The first three are also gpu_act's method names and the
+# ladder's action steps.
+STOP_UNIT = trust.STOP_UNIT                # `systemctl stop UNIT`
+STOP_USER_UNIT = trust.STOP_USER_UNIT      # `systemctl --user stop UNIT`, as that user
+STOP_CONTAINER = trust.STOP_CONTAINER      # the runtime's stop (never a removal)
+STOP_SUPERVISED = 'stop_supervised'        # one program through its own supervisor
+STOP_GUEST_UNIT = 'stop_guest_unit'        # by hand: the unit inside a guest
+DELETE_POD = 'delete_pod'                  # by hand: the Kubernetes API
+STOP_BY_HAND = 'stop_by_hand'              # by hand: a container init no runtime here reaches
+STOP_RESPAWNER = 'stop_respawner'          # the ancestor that restarts holders becomes a target
+SIGNAL = 'signal'                          # the ladder's SIGTERM/SIGKILL on the holder itself
+NO_LEVER = 'none'
+
+# How a comeback is watched (Lever.watch).
+WATCH_UNIT = 'unit_restart'        # the unit's Restart= (stopping the unit ends it)
+WATCH_CONTAINER = 'restart_policy'  # the runtime's restart policy (stopping the container ends it)
+WATCH_GUEST = 'guest_systemd'      # a guest's own systemd (the GPUs polled after the kill)
+WATCH_PARENT = 'parent'            # a live ancestor (gpu_respawn.Watch, the settle window)
+WATCH_SUPERVISOR = 'supervisor_status'  # the supervisor's status, read down and staying down
+
+# Why not (Lever.refusal), beside gpu_trust.REFUSALS's codes.
+OPTION_OFF = 'option_off'          # the option allowing this lever is false (stop_units, ...)
+NEVER_STOPPED = 'never_stopped'    # a unit never stopped (sshd, the vendor's, spared, the caller's)
+CALLERS = 'callers'                # the container this module runs in
+NO_STOP = 'no_stop'                # no stop from here (a pod's runtime, a guest): by hand
+NOT_A_SERVICE = 'not_a_service'    # no service unit (a scope, a session, none)
+# Why the ladder leaves a holder alone (the signal lever's refusal; gpu_reclaim's reason_code).
+INIT, PROTECTED, ZOMBIE, UNMATCHED = 'init', 'protected', 'zombie', 'unmatched'
+HOLDS_GPU = 'holds_gpu'            # a respawner that holds a GPU itself (without `match`)
+
+# Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
+POD_OWNS = 'pod'                   # the kubelet owns it
+CONTAINER_INIT = 'container_init'  # the init of a container its runtime stops
+RESTART_POLICY = 'restart_policy'  # a container whose policy restarts it
+GUEST_INIT = 'guest_init'          # the init of a guest
+UNREACHABLE_INIT = 'unreachable_init'   # the init of a container no runtime here reaches
+GUEST_UNIT = 'guest_unit'          # a service of a guest's own systemd
+SUPERVISED = 'supervised'          # a program of a process supervisor (gpu_supervisor)
+RUNTIME_UNREACHABLE = 'runtime_unreachable'   # a container whose runtime's CLI gave no answer
+
+# Protection (gpu_decide.protection_code; the holder's `protected_code`).
+PID_INIT, KTHREAD, OWN_TREE = 'pid_init', 'kthread', 'own_tree'
+POD_SHIELD, INIT_SHIELD, INFRASTRUCTURE, PATTERN = 'pod', 'container_init', 'infrastructure', 'pattern'
+
+Lever = collections.namedtuple('Lever', 'kind key owner argv refusal watch why')
+
+
+def lever(kind, key=None, owner=None, argv=None, refusal=None, watch=None, why=None):
+    return Lever(kind, key, owner, argv, refusal, watch, why)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table: one row per way an owner is reached
+# ---------------------------------------------------------------------------------------------
+
+# A systemd manager: the system's, or a user's own (run as that user through her manager's
+# private socket, gpu_observe.user_manager_call). `option`: the gpu_reclaim option allowing it.
+UNITS = {
+    gpu_owner.SYSTEM_MANAGER: {
+        'lever': STOP_UNIT, 'option': 'stop_units', 'watch': WATCH_UNIT,
+        'stop': ['systemctl', 'stop', '--no-block', '--', '{unit}'],
+        'is_active': ['systemctl', 'is-active', '--', '{unit}'],
+        'by_hand': ['systemctl', 'stop', '{unit}'],
+    },
+    gpu_owner.USER_MANAGER: {
+        'lever': STOP_USER_UNIT, 'option': 'stop_units', 'watch': WATCH_UNIT,
+        'stop': ['systemctl', '--user', 'stop', '--no-block', '--', '{unit}'],
+        'is_active': ['systemctl', '--user', 'is-active', '--', '{unit}'],
+        'by_hand': ['systemctl', '--user', 'stop', '{unit}'],
+    },
+}
+
+# One row per container runtime or guest: the program that reaches it, how to read an owner's
+# details (`{id}` and `{namespace}` filled in) and how that output is read, how to stop one
+# (`stop` None: never from here: a pod is the kubelet's, a guest a whole operating system), the
+# command a person runs to stop a unit inside a guest (`guest_stop`), and how a comeback is
+# watched.
+RUNTIMES = {
+    'docker': {
+        'cli': 'docker',
+        'inspect': ['docker', 'inspect', '--type', 'container', '--', '{id}'],
+        'parse': 'docker',
+        'stop': ['docker', 'stop', '-t', '{grace}', '--', '{id}'],
+        'watch': WATCH_CONTAINER,
+    },
+    'podman': {
+        'cli': 'podman',
+        'inspect': ['podman', 'container', 'inspect', '--', '{id}'],
+        'parse': 'docker',
+        'stop': ['podman', 'stop', '-t', '{grace}', '--', '{id}'],
+        'watch': WATCH_CONTAINER,
+    },
+    'containerd': {
+        'cli': 'nerdctl',
+        'inspect': ['nerdctl', '--namespace', '{namespace}', 'container', 'inspect', '--', '{id}'],
+        'parse': 'docker',
+        'stop': ['nerdctl', '--namespace', '{namespace}', 'stop', '-t', '{grace}', '--', '{id}'],
+        'watch': WATCH_CONTAINER,
+    },
+    'cri-containerd': {
+        'cli': 'crictl',
+        'inspect': ['crictl', 'inspect', '-o', 'json', '{id}'],
+        'parse': 'crictl',
+        'stop': None,
+    },
+    'cri-o': {
+        'cli': 'crictl',
+        'inspect': ['crictl', 'inspect', '-o', 'json', '{id}'],
+        'parse': 'crictl',
+        'stop': None,
+    },
+    'proxmox': {
+        'cli': 'pct',
+        'inspect': ['pct', 'config', '{id}'],
+        'parse': 'pct',
+        'stop': None,
+        'guest_stop': ['pct', 'exec', '{id}', '--', 'systemctl', 'stop', '{unit}'],
+        'stop_guest': ['pct', 'stop', '{id}'],
+        'watch': WATCH_GUEST,
+    },
+    'lxc': {'cli': None, 'inspect': None, 'parse': None, 'stop': None,
+            'guest_stop': ['lxc-attach', '-n', '{id}', '--', 'systemctl', 'stop', '{unit}'],
+            'stop_guest': ['lxc-stop', '-n', '{id}'],
+            'watch': WATCH_GUEST},
+    'systemd-nspawn': {'cli': None, 'inspect': None, 'parse': None, 'stop': None,
+                       'guest_stop': ['systemctl', '-M', '{id}', 'stop', '{unit}'],
+                       'stop_guest': ['machinectl', 'stop', '{id}'],
+                       'watch': WATCH_GUEST},
+}
+
+# Process supervisors: supervisord, runit, s6, pm2. Their rows also say how each is recognised
+# on a holder's ancestry and how its status reads, so they are kept where that matching lives
+# (gpu_supervisor.SUPERVISORS: identity, `status`, `stop`, `kill`, `manual`, `parse`); this is
+# that same table, read here like the others (supervised_lever).
+SUPERVISORS = supervisors.SUPERVISORS
+
+
+def _fill(template, values):
+    return [values.get(arg, arg) for arg in template]
+
+
+def runtime_argv(runtime, action, owner, grace=None):
+    """The argv for `action` ('inspect', 'stop', 'guest_stop', 'stop_guest': the whole guest, from
+    its host) of `owner` through its runtime's
+    row, or None when the runtime has no such command (a pod is never stopped from here)."""
+    row = RUNTIMES.get(runtime)
+    template = row.get(action) if row else None
+    if not template:
+        return None
+    values = {'{id}': owner['id'] or '', '{namespace}': owner.get('namespace') or 'default',
+              '{grace}': '%d' % max(0, int(round(grace or 0))), '{unit}': owner.get('guest_unit') or ''}
+    return _fill(template, values)
+
+
+def unit_argv(manager, action, unit):
+    """The argv for `action` ('stop', 'is_active', 'by_hand') of `unit` on a systemd manager
+    (gpu_owner.SYSTEM_MANAGER or USER_MANAGER)."""
+    return _fill(UNITS[manager][action], {'{unit}': unit})
+
+
+# ---------------------------------------------------------------------------------------------
+# The levers of one holder
+# ---------------------------------------------------------------------------------------------
+
+def _owner(holder):
+    return holder.get('owner') or gpu_owner.new_owner(gpu_owner.NONE)
+
+
+def is_container_init(holder):
+    return holder.get('protected_code') == INIT_SHIELD
+
+
+def matches(holder, match_patterns):
+    if not match_patterns:
+        return True
+    return any(p.search(holder['name']) or p.search(holder['cmdline']) for p in match_patterns)
+
+
+def skip_code(holder, match_patterns):
+    """Why the ladder leaves this holder alone (a reason code), or None when it is a target."""
+    if holder['pid'] <= 1:
+        return INIT
+    if holder['protected']:
+        return PROTECTED
+    if holder['state'] == 'zombie':
+        return ZOMBIE
+    if not matches(holder, match_patterns):
+        return UNMATCHED
+    owner = _owner(holder)
+    if owner.get('kind') == gpu_owner.SUPERVISOR:
+        # Its supervisor restarts what is killed: only its own stop is a lever (gpu_supervisor).
+        return supervisors.skip_code(owner)
+    if runtime_unreachable(owner):
+        # Its restart policy could not be read, and its runtime's stop is the lever: nothing is
+        # signalled (a killed holder may come straight back), the failure names the command.
+        return owner['cli_error']['code']
+    return None
+
+
+def runtime_unreachable(owner):
+    """Whether the owner is a container root named whose runtime's CLI (which this module
+    would stop it with) is missing, hung or refused."""
+    row = RUNTIMES.get(owner.get('runtime')) or {}
+    return owner.get('kind') == gpu_owner.CONTAINER and bool(owner.get('cli_error')) and bool(row.get('stop')) \
+        and owner.get('controlled_by') == gpu_owner.ROOT and bool(owner.get('id'))
+
+
+def signal_lever(holder, match_patterns):
+    """The ladder's own lever, SIGTERM then SIGKILL on the holder (gpu_act.send_signal)."""
+    return lever(SIGNAL, (holder['pid'], holder['start_time']), _owner(holder),
+                 refusal=skip_code(holder, match_patterns))
+
+
+def unit_lever(holder, protected_units=(), vendor_units=None, allowed=True, is_protected=None):
+    """`systemctl stop UNIT` for the system service owning the holder: only where root named the
+    cgroup and systemd confirmed the unit owns it (gpu_trust.STOP_UNIT); never a unit of
+    `protected_units` or one `is_protected(unit, vendor_units)` names (gpu_decide.protected_unit)."""
+    unit = holder.get('unit')
+    owner = _owner(holder)
+    if not unit or not unit.endswith('.service'):
+        return lever(STOP_UNIT, unit, owner, refusal=NOT_A_SERVICE)
+    row = UNITS[gpu_owner.SYSTEM_MANAGER]
+    refusal = trust.refusal(STOP_UNIT, holder.get('owner'))
+    if refusal is None and (unit in protected_units or (is_protected and is_protected(unit, vendor_units))):
+        refusal = NEVER_STOPPED
+    if refusal is None and not allowed:
+        refusal = OPTION_OFF
+    restarts = holder.get('unit_restart') not in (None, 'no')
+    return lever(STOP_UNIT, unit, owner, unit_argv(gpu_owner.SYSTEM_MANAGER, 'stop', unit), refusal,
+                 row['watch'] if restarts else None)
+
+
+def user_unit_lever(holder, allowed=True):
+    """`systemctl --user stop UNIT` as the user, for her own confirmed service
+    (gpu_trust.STOP_USER_UNIT)."""
+    owner = _owner(holder)
+    key = (owner.get('uid'), owner.get('unit'))
+    refusal = trust.refusal(STOP_USER_UNIT, owner)
+    if refusal is None and not allowed:
+        refusal = OPTION_OFF
+    argv = unit_argv(gpu_owner.USER_MANAGER, 'stop', owner['unit']) if refusal is None else None
+    restarts = holder.get('unit_restart') not in (None, 'no')
+    return lever(STOP_USER_UNIT, key, owner, argv, refusal,
+                 UNITS[gpu_owner.USER_MANAGER]['watch'] if restarts else None)
+
+
+def restart_policy(holder):
+    """The restart policy of the holder's container when its runtime brings it back."""
+    owner = _owner(holder)
+    policy = owner.get('restart_policy')
+    if owner.get('kind') == gpu_owner.CONTAINER and policy and policy != 'no':
+        return policy
+    return None
+
+
+def container_lever(holder, match_patterns=(), protected_ids=frozenset(), allowed=True, grace=None):
+    """The runtime's stop for the holder's container: only a container its runtime confirmed is
+    the holder's, in cgroups root named (gpu_trust.STOP_CONTAINER), of a runtime that stops from
+    here (never a pod's); never the caller's own, never for a holder protected for another reason
+    than being the container's init, never one outside `match`."""
+    owner = _owner(holder)
+    key = (owner.get('runtime'), owner.get('id'))
+    if owner.get('kind') != gpu_owner.CONTAINER or not owner.get('id'):
+        return lever(STOP_CONTAINER, key, owner, refusal=trust.NOT_THAT_OWNER)
+    refusal = trust.refusal(STOP_CONTAINER, owner)
+    argv = runtime_argv(owner.get('runtime'), 'stop', owner, grace)
+    if refusal is None and not argv:
+        refusal = NO_STOP
+    if refusal is None and holder['protected'] and not is_container_init(holder):
+        refusal = PROTECTED
+    if refusal is None and not matches(holder, match_patterns):
+        refusal = UNMATCHED
+    if refusal is None and owner['id'] in protected_ids:
+        refusal = CALLERS
+    if refusal is None and not allowed:
+        refusal = OPTION_OFF
+    return lever(STOP_CONTAINER, key, owner, argv, refusal,
+                 WATCH_CONTAINER if restart_policy(holder) else None)
+
+
+def supervised_lever(holder, match_patterns=(), allowed=True, grace=0):
+    """One program stopped through its own supervisor (a row of SUPERVISORS): only a program its
+    supervisor, matched by identity, named in its status, whose CLI answered; never a protected
+    or zombie holder's, never one outside `match`."""
+    owner = _owner(holder)
+    if owner.get('kind') != gpu_owner.SUPERVISOR:
+        return lever(STOP_SUPERVISED, None, owner, refusal=trust.NOT_THAT_OWNER)
+    key = supervisors.key(owner)
+    if not supervisors.stoppable(owner):
+        refusal = supervisors.skip_code(owner)
+    elif holder['protected']:
+        refusal = PROTECTED
+    elif holder['state'] == 'zombie':
+        refusal = ZOMBIE
+    elif not matches(holder, match_patterns):
+        refusal = UNMATCHED
+    else:
+        refusal = None if allowed else OPTION_OFF
+    argv = supervisors.argv(owner['runtime'], 'stop', owner['supervisor'], owner['id'], grace) \
+        if owner.get('id') and owner.get('supervisor') else None
+    return lever(STOP_SUPERVISED, key, owner, argv, refusal, WATCH_SUPERVISOR)
+
+
+def guest_unit(holder):
+    """(guest cgroup, service inside it) for a holder run by a guest's own systemd service: the
+    key of its WATCH_GUEST watch; None otherwise."""
+    owner = _owner(holder)
+    unit = owner.get('guest_unit')
+    if owner.get('kind') == gpu_owner.GUEST and unit and unit.endswith('.service'):
+        return owner['cgroup'].split('/' + unit)[0], unit
+    return None
+
+
+def respawner_lever(parent, match_patterns, holds_gpu):
+    """The live ancestor that respawned ended holders, as the next target: refused when it is
+    protected, when `match` is given and it does not match, or, without `match`, when it holds
+    a GPU itself."""
+    if parent['protected']:
+        refusal = PROTECTED
+    elif match_patterns:
+        refusal = None if matches(parent, match_patterns) else UNMATCHED
+    else:
+        refusal = HOLDS_GPU if holds_gpu else None
+    return lever(STOP_RESPAWNER, (parent['pid'], parent.get('start_time')), _owner(parent),
+                 ['kill', '%d' % parent['pid']], refusal, WATCH_PARENT)
+
+
+def by_hand(holder):
+    """The lever a person pulls for a holder whose owner calls for more than the signal ladder
+    (a pod, a container's init or restart policy, a guest's init or unit), its `why` saying
+    which; None when the owner calls for nothing beyond the signals."""
+    owner = _owner(holder)
+    kind = owner['kind']
+    if kind == gpu_owner.SUPERVISOR:
+        return supervised_lever(holder)._replace(why=SUPERVISED)
+    if kind == gpu_owner.POD:
+        return lever(DELETE_POD, owner.get('pod'), owner, refusal=NO_STOP, why=POD_OWNS)
+    if runtime_unreachable(owner):
+        return lever(STOP_CONTAINER, (owner['runtime'], owner['id']), owner,
+                     runtime_argv(owner['runtime'], 'stop', owner, grace=10), owner['cli_error']['code'],
+                     why=RUNTIME_UNREACHABLE)
+    container = container_lever(holder, grace=10)
+    if container.refusal in (None, OPTION_OFF, UNMATCHED, CALLERS, PROTECTED) and container.argv:
+        if is_container_init(holder):
+            return container._replace(why=CONTAINER_INIT)
+        if restart_policy(holder):
+            return container._replace(why=RESTART_POLICY)
+        return None
+    if is_container_init(holder):
+        if kind == gpu_owner.GUEST:
+            argv = runtime_argv(owner['runtime'], 'stop_guest', owner) if owner.get('id') else None
+            return lever(STOP_BY_HAND, owner.get('id'), owner, argv, refusal=NO_STOP, why=GUEST_INIT)
+        return lever(STOP_BY_HAND, owner.get('id'), owner, refusal=NO_STOP, why=UNREACHABLE_INIT)
+    if guest_unit(holder):
+        argv = runtime_argv(owner['runtime'], 'guest_stop', owner) if owner.get('id') else None
+        return lever(STOP_GUEST_UNIT, guest_unit(holder), owner, argv, NO_STOP,
+                     (RUNTIMES.get(owner['runtime']) or {}).get('watch', WATCH_GUEST), why=GUEST_UNIT)
+    return None
+
+
+def of(holder, match_patterns=(), protected_units=(), protected_ids=frozenset(), options=None, is_protected=None):
+    """The one lever the holder's owner calls for, by the owner's kind: a supervised program's
+    supervisor stop, a container's runtime stop, a system unit's or a user's unit's stop, a pod's
+    or guest's lever a person pulls (by_hand), else the signal ladder itself. `options` maps
+    the gpu_reclaim options that allow a lever (stop_units, stop_containers, stop_supervised) to
+    their values (all true when not given)."""
+    options = options or {}
+    owner = _owner(holder)
+    kind = owner.get('kind')
+    if kind == gpu_owner.SUPERVISOR:
+        return supervised_lever(holder, match_patterns, options.get('stop_supervised', True))
+    if kind == gpu_owner.CONTAINER:
+        chosen = container_lever(holder, match_patterns, protected_ids, options.get('stop_containers', True))
+        if chosen.argv or chosen.refusal != NO_STOP:
+            return chosen
+    if kind in (gpu_owner.POD, gpu_owner.GUEST, gpu_owner.CONTAINER):
+        return by_hand(holder) or signal_lever(holder, match_patterns)
+    if owner.get('manager') == gpu_owner.SYSTEM_MANAGER and (holder.get('unit') or '').endswith('.service'):
+        return unit_lever(holder, protected_units, allowed=options.get('stop_units', True), is_protected=is_protected)
+    if owner.get('manager') == gpu_owner.USER_MANAGER:
+        return user_unit_lever(holder, options.get('stop_units', True))
+    return signal_lever(holder, match_patterns)

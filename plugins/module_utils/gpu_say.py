@@ -1,0 +1,204 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Say: the sentences of the decisions, written from their codes (gpu_lever's, gpu_trust's).
+
+Decisions return codes; this is the one place that turns them into the `reason`,
+`protected_reason`, lever and failure sentences a person reads. Nothing compares a sentence to
+decide anything. Text that users chose goes through gpu_text.escape_text first.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
+
+CONTAINER_INIT = "init of a container's PID namespace"
+POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
+
+
+def protection(code, detail=None, pid=None):
+    """The `protected_reason` of a gpu_decide.protection_code."""
+    if code is None:
+        return None
+    if code == lever.PID_INIT:
+        return 'PID %d is the init process' % pid
+    if code == lever.KTHREAD:
+        return 'kernel thread'
+    if code == lever.OWN_TREE:
+        return 'part of the process tree running this module (its caller or its own child)'
+    if code == lever.POD_SHIELD:
+        return POD_PROTECTED
+    if code == lever.INIT_SHIELD:
+        return CONTAINER_INIT
+    if code == lever.INFRASTRUCTURE:
+        return 'GPU or cluster infrastructure (%s)' % detail
+    return 'matches protect pattern %r' % detail
+
+
+def skip(holder, code):
+    """The `reason` sentence for a gpu_lever.skip_code."""
+    if code not in (lever.INIT, lever.PROTECTED, lever.ZOMBIE, lever.UNMATCHED):
+        return owner_clause(holder, lever.by_hand(holder))   # its owner's lever is the reason
+    if code == lever.INIT:
+        return 'PID %d is never signalled' % holder['pid']
+    if code == lever.PROTECTED:
+        return 'protected: %s' % holder['protected_reason']
+    if code == lever.ZOMBIE:
+        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], escape_text(holder['parent_name']))
+    return 'does not match the match filter'
+
+
+def respawner_refusal(parent, code):
+    """Why a respawning ancestor was not made the target (gpu_lever.respawner_lever's refusal)."""
+    if code is None:
+        return None
+    if code == lever.PROTECTED:
+        return 'it is protected (%s)' % parent['protected_reason']
+    if code == lever.UNMATCHED:
+        return 'it does not match `match`'
+    return 'it holds a GPU itself'
+
+
+def respawn_message(parent):
+    """The failure sentence for a parent that keeps respawning holders and was not ended. The
+    init of a guest or container is never signalled (`kill` from here would end the whole
+    guest): its owner names the lever."""
+    said = owner_clause(parent, lever.by_hand(parent)) if lever.is_container_init(parent) else None
+    if parent['pid'] == 1:
+        said = ('it is PID 1, the init of the guest or container this runs in (or of this host), never '
+                'signalled, and restarts what it runs for as long as it runs: stop that guest or '
+                'container from its host (`pct stop VMID` on a Proxmox host, `lxc-stop -n NAME`), or '
+                'change what its init runs')
+    if said:
+        return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s.'
+                % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], said))
+    return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; end it first (`kill %d`), '
+            'or run again with `match` covering it.'
+            % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], parent['reason'],
+               parent['pid']))
+
+
+def _argv(argv):
+    return ' '.join(escape_text(arg) for arg in argv)
+
+
+def owner_clause(holder, by_hand):
+    """The clause naming the lever that the holder's owner calls for (gpu_lever.by_hand), or None."""
+    if by_hand is None:
+        return None
+    owner = by_hand.owner
+    what = gpu_owner.describe(owner)
+    why = by_hand.why
+    if why == lever.SUPERVISED:
+        # A supervisor's sentences sit with its rows (gpu_supervisor.lever), from the same codes.
+        return supervisors.lever(owner)
+    if why == lever.RUNTIME_UNREACHABLE:
+        return ('it runs in %s, and %s: nothing was signalled (its restart policy is unknown); stop the '
+                'container by hand once %s answers: `%s`' % (what, escape_text(owner['cli_error']['text']),
+                                                             owner['runtime'], _argv(by_hand.argv)))
+    if why == lever.POD_OWNS:
+        pod = owner['pod'] or {}
+        if pod.get('name'):
+            how = '`kubectl delete pod -n %s %s`' % (escape_text(pod.get('namespace')), escape_text(pod['name']))
+        else:
+            how = ('find it with `kubectl get pods -A -o custom-columns=NS:.metadata.namespace,'
+                   'NAME:.metadata.name,UID:.metadata.uid | grep %s`' % pod.get('uid'))
+        return ('it belongs to %s and is never signalled from under the kubelet: delete or evict '
+                'the pod (%s, or drain the node)' % (what, how))
+    if why == lever.CONTAINER_INIT:
+        return ('it is the init of %s, which this module never signals: stop the container '
+                '(stop_containers: true, or `%s`)' % (what, ' '.join(by_hand.argv)))
+    if why == lever.RESTART_POLICY:
+        return ('its %s restarts it (restart policy %s): stop the container '
+                '(stop_containers: true, or `%s`)' % (what, lever.restart_policy(holder), ' '.join(by_hand.argv)))
+    if why == lever.GUEST_INIT:
+        how = ' (`%s`)' % _argv(by_hand.argv) if by_hand.argv else ''
+        return ('it is the init of %s, which this module never signals: stop the guest itself%s '
+                'only if the whole guest must go, or change what its init runs' % (what, how))
+    if why == lever.UNREACHABLE_INIT:
+        named = what if owner['kind'] == gpu_owner.CONTAINER else (
+            'a container (cgroup %s)' % escape_text(owner['cgroup']) if owner['cgroup'] else 'a container')
+        return ('it is the init of %s whose runtime this module cannot reach, and it is never '
+                'signalled: stop that container with the tool that started it (docker, podman, '
+                'nerdctl stop), or from the host around it' % named)
+    how = _argv(by_hand.argv) if by_hand.argv else 'systemctl stop %s inside the guest' % escape_text(owner['guest_unit'])
+    return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
+            'in the guest (`%s`)' % (what, how))
+
+
+def next_lever(holder):
+    """What a person can do about a holder the ladder could not remove."""
+    if holder.get('lever'):
+        return holder['lever']
+    said = owner_clause(holder, lever.by_hand(holder))
+    # A pod's or container's init is protected for a reason its owner names best.
+    if said and holder.get('protected_code') in (lever.POD_SHIELD, lever.INIT_SHIELD):
+        return said
+    if holder.get('protected'):
+        return ('it is protected (%s): stop it deliberately, outside this module, if it really '
+                'must go' % holder['protected_reason'])
+    if holder['state'] == 'disk-sleep':
+        return ('it is in uninterruptible sleep%s and ignores SIGKILL: reset the GPU '
+                '(allow_reset: true) or reboot the host'
+                % (' in %s' % escape_text(holder['wchan']) if holder.get('wchan') else ''))
+    if holder['state'] == 'zombie':
+        return 'stop or restart its parent PID %s (%s), which must reap it' % (
+            holder['ppid'], holder.get('parent_name') or 'unknown')
+    if holder.get('reason_code') == lever.UNMATCHED:
+        return 'it does not match `match`: widen the filter or stop it yourself'
+    if said:
+        return said
+    if holder['unit'] and holder.get('unit_restart') not in (None, 'no'):
+        return 'its unit %s restarts it (Restart=%s): use stop_units: true or `%s`' % (
+            holder['unit'], holder['unit_restart'],
+            ' '.join(lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'by_hand', holder['unit'])))
+    if holder['state'] == 'tracing-stop' and holder.get('tracer_pid'):
+        # Measured on the lab's 6.18 kernel: a traced process SIGKILLed stops in its exit
+        # (ptrace_stop from do_exit, PTRACE_EVENT_EXIT), its fds and memory still held, until
+        # its tracer resumes it; a stopped strace never does. Continuing the tracer ends it.
+        return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
+                'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
+                % (holder['tracer_pid'], escape_text(holder.get('tracer_name')) or 'unknown', holder['tracer_pid']))
+    owner = holder.get('owner') or {}
+    if owner.get('manager') == gpu_owner.USER_MANAGER and holder.get('unit_restart') not in (None, 'no'):
+        return ("its unit %s of user %s's own manager restarts it (Restart=%s): that user stops it "
+                "(`%s`)" % (escape_text(owner['unit']), owner['uid'], holder['unit_restart'],
+                            _argv(lever.unit_argv(gpu_owner.USER_MANAGER, 'by_hand', owner['unit']))))
+    return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
+
+
+def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blind_sentence=None):
+    """One actionable sentence per GPU that is still not free, and one per parent that keeps
+    respawning holders; when this module cannot read other users' processes, that comes first
+    and no reset or reboot is advised."""
+    parts = ([blind_sentence] if blind_sentence else []) + [respawn_message(parent) for parent in respawners]
+    for row in rows:
+        if row['free']:
+            continue
+        on_gpu = [h for h in remaining if row['index'] in h['gpus']]
+        if on_gpu and blind_sentence:
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h)
+                                                    if h.get('lever') or h.get('protected')
+                                                    else RUN_AS_ROOT + ' to signal it')
+                            for h in on_gpu)
+        elif on_gpu:
+            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h))
+                            for h in on_gpu)
+        elif blind_sentence:
+            who = 'no process visible to this module: %s to see and free its holders' % RUN_AS_ROOT
+        elif allow_reset:
+            who = ('no process visible here and the reset did not free it: reboot the host, or if '
+                   'this is a container, free it from the host that owns the GPU')
+        else:
+            who = ('no process visible here: a leaked context or a holder in another PID namespace; '
+                   'reset or reboot (allow_reset: true resets the GPU), or, if this is a container, '
+                   'free it from the host that owns the GPU')
+        parts.append('GPU %d (%s) still holds %d MiB after %.1f s: %s.'
+                     % (row['index'], row['uuid'], row['memory_used_mib'], elapsed_s, who))
+    return ' '.join(parts)
