@@ -131,7 +131,7 @@ RUNTIMES_LAB = LAB_RUNTIMES=1 LAB_NODES=1 \
 	LAB_ADDR_BASE=$${LAB_RUNTIMES_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 50 ))}
 RUNTIME_TESTS = tests/integration/test_docker.py tests/integration/test_supervisors.py tests/integration/test_lxc.py \
 	tests/integration/test_container_health.py tests/integration/test_port_owner.py \
-	tests/integration/test_pct.py
+	tests/integration/test_pct.py tests/integration/test_owner_cli.py
 
 lab-test: venv host-deps fakegpu collection-link proxmox-collection
 	mkdir -p $(SKIP_DIR)

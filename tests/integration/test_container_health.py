@@ -15,6 +15,8 @@ import os
 
 import pytest
 
+from . import test_docker as dk
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "inference_service", "files", "wait_healthy.py")
 CTR = "gpuops-t-health"
 DEADLINE_S = 600
@@ -29,6 +31,10 @@ def runtime_node(request, lab):
     if runtime not in tools:
         pytest.skip("the lab node has no %s: this test runs in the %s lab (tests/lab/README.md)"
                     % (runtime, "LAB_RUNTIMES=1" if runtime == "docker" else "LAB_CONTAINERS=1"))
+    if runtime == "docker":
+        # The port check's unit's container sits in system.slice/docker-<id>.scope on docker's
+        # systemd driver; test_docker.py and test_port_owner.py leave dockerd on cgroupfs.
+        dk.set_cgroup_driver(lab, name, "systemd")
     image = lab.exec(name, "lab-serve-image %s 1" % runtime, timeout=300).stdout.split()[0]
     lab.exec(name, "%s rm -f %s >/dev/null 2>&1; true" % (runtime, CTR), timeout=120)
     yield name, runtime, image
