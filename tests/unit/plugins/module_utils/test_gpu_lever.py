@@ -4,6 +4,7 @@ a comeback is watched), through the holders gpu_decide.classify makes from cgrou
 hosts write them (observations.py)."""
 
 from __future__ import absolute_import, division, print_function
+__metaclass__ = type
 
 import re
 
