@@ -339,10 +339,19 @@ def foreign_nodes():
     return sorted(found)
 
 
-def available(kinds, offered):
-    """(the kinds that can run here, {left-out kind: what it needs})."""
+def available(kinds, offered, nodes=1):
+    """(the kinds that can run here, {left-out kind: what it needs}).
+
+    Guest trials need the controller to themselves for the whole run: this checks at the start
+    only, so a lab booted during the run is not seen (this happened beside CI's lab on
+    2026-12-02: start no lab while a soak with guest trials runs)."""
     missing = {k: " or ".join(NEEDS[k]) for k in kinds if k in NEEDS and not set(NEEDS[k]) & set(offered)}
-    if "guest" in kinds:
+    if "guest" in kinds and nodes > 1:
+        # This lab's other nodes are as foreign to a guest trial as another lab's: seen on
+        # 2026-12-02 with --nodes 2 (a wrong kill and a wrong reason in guest trials on node1
+        # while node2 ran its own trials).
+        missing["guest"] = "--nodes 1 (from the controller, every node's /dev/nvidiaN reads as this node's)"
+    elif "guest" in kinds:
         foreign = foreign_nodes()
         if foreign:
             missing["guest"] = ("no other lab's node on this controller (systemd-nspawn PIDs %s are not this "
@@ -586,7 +595,7 @@ def main():
     started = time.time()
     try:
         offered = set.intersection(*[install(node) for node in nodes])
-        args.kinds, missing = available(kinds, offered)
+        args.kinds, missing = available(kinds, offered, len(nodes))
         if missing:
             bl.log("left out: %s" % "; ".join("%s (needs %s)" % kv for kv in missing.items()))
         bl.log("seed %d; kinds %s" % (seed, ",".join(args.kinds)))
