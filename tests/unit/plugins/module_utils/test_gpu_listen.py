@@ -47,7 +47,7 @@ def test_a_closed_port_has_no_listener_and_a_specific_address_clashes_only_with_
     sock = listening()
     port = sock.getsockname()[1]
     try:
-        assert gpu_listen.listeners(port, '127.0.0.2')['listening'] is False   # both specific, different
+        assert gpu_listen.listeners(port, '192.0.2.1')['listening'] is False   # both specific, different (192.0.2.1: TEST-NET-1, never a lab address)
         assert gpu_listen.listeners(port, '0.0.0.0')['listening'] is True       # a wildcard clashes
         assert gpu_listen.listeners(port, '127.0.0.1')['listening'] is True
     finally:
