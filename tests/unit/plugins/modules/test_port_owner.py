@@ -4,35 +4,19 @@ a real listener of this test; its RETURN documents every key it returns."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import json
 import os
 import socket
 
 import pytest
 import yaml
 
-from ansible.module_utils import basic
-
 from ansible_collections.gpuops.reclaim.plugins.modules import port_owner
+
+from . import module_run
 
 
 def run(capsys, **args):
-    try:
-        from ansible.module_utils.testing import patch_module_args   # ansible-core 2.19+
-    except ImportError:       # before 2.19 AnsibleModule reads basic._ANSIBLE_ARGS
-        patch_module_args = None
-    if patch_module_args is not None:
-        with patch_module_args(args):
-            with pytest.raises(SystemExit):
-                port_owner.main()
-    else:
-        basic._ANSIBLE_ARGS = json.dumps({'ANSIBLE_MODULE_ARGS': args}).encode()
-        try:
-            with pytest.raises(SystemExit):
-                port_owner.main()
-        finally:
-            basic._ANSIBLE_ARGS = None
-    return json.loads(capsys.readouterr().out)
+    return module_run.run(port_owner, capsys, **args)
 
 
 @pytest.mark.parametrize('args, named', [

@@ -1,0 +1,31 @@
+"""Runs a module's main() in this process with the given arguments and returns its JSON result,
+on ansible-core 2.19+ (patch_module_args) and before it (basic._ANSIBLE_ARGS: the collection
+claims 2.16)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+
+import pytest
+
+from ansible.module_utils import basic
+
+
+def run(module, capsys, **args):
+    try:
+        from ansible.module_utils.testing import patch_module_args   # ansible-core 2.19+
+    except ImportError:       # before 2.19 AnsibleModule reads basic._ANSIBLE_ARGS
+        patch_module_args = None
+    if patch_module_args is not None:
+        with patch_module_args(args):
+            with pytest.raises(SystemExit):
+                module.main()
+    else:
+        basic._ANSIBLE_ARGS = json.dumps({'ANSIBLE_MODULE_ARGS': args}).encode()
+        try:
+            with pytest.raises(SystemExit):
+                module.main()
+        finally:
+            basic._ANSIBLE_ARGS = None
+    return json.loads(capsys.readouterr().out)
