@@ -71,7 +71,7 @@ def test_the_wait_ends_at_the_crash_of_a_container_its_runtime_restarts(lab, run
     else:
         assert seen["status"] in ("stopped", "exited") and seen["exit_code"] == "3", result
     # And the runtime does restart it (the policy the wait must not outlast).
-    for _ in range(60):
+    for _attempt in range(60):
         if restarts(lab, node, runtime) >= 1:
             break
         lab.exec(node, "sleep 0.5")
