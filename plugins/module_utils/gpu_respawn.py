@@ -289,6 +289,7 @@ class Comebacks(object):
         self.next_targets = []    # respawners (and their new processes) to end next
         self.respawners = []      # respawning ancestors this run may not end: the failure names them
         self.guest_units = set()  # (guest cgroup, unit) seen restarting what was killed
+        self.guest_pending = set()  # (guest cgroup, unit) of holders killed, not yet watched
 
     def take_next_targets(self):
         targets, self.next_targets = self.next_targets, []
