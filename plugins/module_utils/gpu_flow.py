@@ -661,7 +661,7 @@ class Ladder(object):
         self.watch.guest_units |= set(_guest_unit(h) for h in again)
         named = ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
         self._record(act.Action('watch_respawn', ', '.join(watched), 'came back after %.1f s: %s' % (
-            waited, named or 'other holders'), False, guest_units=watched), since)
+            waited, named), False, guest_units=watched), since)
         return seen['survey']
 
     def _stop_containers(self, survey, protected_ids):

@@ -15,6 +15,7 @@ import os
 
 import pytest
 
+from . import scenarios as sc
 from . import test_docker as dk
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "inference_service", "files", "wait_healthy.py")
@@ -71,10 +72,8 @@ def test_the_wait_ends_at_the_crash_of_a_container_its_runtime_restarts(lab, run
     else:
         assert seen["status"] in ("stopped", "exited") and seen["exit_code"] == "3", result
     # And the runtime does restart it (the policy the wait must not outlast).
-    for _attempt in range(60):
-        if restarts(lab, node, runtime) >= 1:
-            break
-        lab.exec(node, "sleep 0.5")
+    sc.wait_until(lab, node, "[ \"$(%s inspect --format '{{.RestartCount}}' %s)\" -ge 1 ]" % (runtime, CTR),
+                  "%s restarted by %s" % (CTR, runtime), timeout=60)
     assert restarts(lab, node, runtime) >= 1
 
 
