@@ -33,6 +33,17 @@ def test_every_part_has_its_own_gpu_and_out_of_scope_gpus_are_never_selected(tri
         assert {p["kind"] for p in spec["parts"]} <= set(sb.GUEST_PARTS)
 
 
+def test_guest_share_sets_how_many_trials_run_from_the_controller_and_keeps_shapes_replayable():
+    kinds = ALL + ["guest"]
+    assert not any(sb.shape(5, k, kinds, guest_share=0)["host"] for k in range(50))
+    only = [sb.shape(5, k, kinds, guest_share=1) for k in range(50)]
+    assert all(s["host"] for s in only)
+    assert all({p["kind"] for p in s["parts"]} <= set(sb.GUEST_PARTS) for s in only)
+    assert sb.shape(5, 7, kinds, guest_share=1) == only[7]
+    assert sb.replay(only[7], 1.0) == "bench/run soak --seed 5 --only 7 --guest-share 1"
+    assert sb.replay(only[7]) == "bench/run soak --seed 5 --only 7"
+
+
 def spec_of(*parts, gpus, host=False):
     return {"trial": 0, "seed": 1, "parts": list(parts), "args": {"gpus": [str(g) for g in gpus]},
             "host": host, "watch_s": 2.0}
