@@ -80,7 +80,9 @@ GUEST_PARTS = ("plain", "orphan", "unit", "protected", "outscope", "monitor")
 # kind -> what the node must offer, any of (install() reads it from the node)
 NEEDS = {"container": ("podman", "docker"), "supervised": ("supervisord", "runit"), "loop": ("load_s",),
          "lxc": ("lxc",)}
-LXC_GUEST = "gpuops-soak-lxc"     # soak_node.GUEST
+def lxc_guest(node):
+    """soak_node.GUEST on `node` (the node's hostname is its lab name)."""
+    return "gpuops-soak-lxc-%s" % node
 RUNTIMES, SUPERVISORS = ("podman", "docker"), ("supervisord", "runit")
 # How often each kind is drawn: a podman container on the lab's vfs storage costs about 5 s
 # to start and stop, the other parts under 1 s (measured on the 2-core host, seed 1).
@@ -190,13 +192,13 @@ def shielded(part):
     return part["kind"] == "protected" or (part["kind"] == "daemon" and not part["as_user"])
 
 
-def expect(spec):
-    """What the shape allows: the selected GPUs that must end free, those that stay held
-    (by whom), and whether the run must succeed."""
+def expect(spec, node="node1"):
+    """What the shape allows on `node`: the selected GPUs that must end free, those that stay
+    held (by whom), and whether the run must succeed."""
     selected = {int(g) for g in spec["args"]["gpus"]}
     held_by_protected = {p["gpu"] for p in spec["parts"] if shielded(p) and p["gpu"] in selected}
-    guest_units = {p["gpu"]: ("lxc-attach -n %s -- systemctl stop soak-%d-%d.service" % (LXC_GUEST, spec["trial"], k)
-                              if p["kind"] == "lxc" else "soak-%d-%d.service" % (spec["trial"], k))
+    guest_units = {p["gpu"]: ("lxc-attach -n %s -- systemctl stop soak-%d-%d.service"
+                              % (lxc_guest(node), spec["trial"], k) if p["kind"] == "lxc" else "soak-%d-%d.service" % (spec["trial"], k))
                    for k, p in enumerate(spec["parts"]) if guest_comes_back(spec, p) and p["gpu"] in selected}
     blocked = held_by_protected | set(guest_units)
     return {"free_gpus": sorted(selected - blocked), "blocked_gpus": sorted(blocked),
@@ -207,7 +209,7 @@ def judge(spec, facts):
     """The trial's failures: {kind: [details]} (empty: the trial passed)."""
     if "shape_error" in facts:
         return {"infra": [facts["shape_error"]]}
-    exp = expect(spec)
+    exp = expect(spec, facts.get("node", "node1"))
     result = facts["result"]
     failures = collections.defaultdict(list)
     signalled = {a.get("pid") for a in result.get("actions") or [] if a.get("step") in SIGNALS and a.get("changed")}
@@ -533,9 +535,10 @@ def soak(nodes, seed, indices, kinds, budget, batch, log=bl.log, offered=("podma
             host_module(node, specs[facts["await_host_module"]])
             return
         spec = specs[facts["trial"]]
+        facts = dict(facts, node=node)
         failures = judge(spec, facts)
         with lock:
-            trials.append({"spec": spec, "facts": dict(facts, node=node), "failures": failures})
+            trials.append({"spec": spec, "facts": facts, "failures": failures})
             log("trial %d: %s %.1f s  %s%s%s" % (
                 facts["trial"], "ok" if not failures else "FAIL " + ",".join(failures), facts.get("total_s", 0),
                 "%s " % node if len(nodes) > 1 else "", "guest: " if spec.get("host") else "",

@@ -139,3 +139,16 @@ def test_a_guest_unit_that_comes_back_must_be_named_and_a_signal_outside_the_nod
 
 def test_a_shape_the_lab_could_not_build_is_infra_only():
     assert sb.judge(spec_of(PLAIN, gpus=[2]), {"shape_error": "holder not ready"}) == {"infra": ["holder not ready"]}
+
+
+def test_an_lxc_guest_unit_that_comes_back_must_be_named_with_the_guest_of_the_node_it_ran_on():
+    unit = {"kind": "lxc", "gpu": 2, "mib": 300, "restart": "always", "ignore_term": False}
+    spec = spec_of(unit, gpus=[2])
+    held = [0] * sb.GPUS
+    held[2] = 300
+    msg = "GPU 2: run `lxc-attach -n gpuops-soak-lxc-node2 -- systemctl stop soak-0-0.service`"
+    named = {"free": False, "failed": True, "msg": msg, "actions": [sig(10)], "remaining": []}
+    facts = dict(facts_of([proc(10, "end", 0, False)], named, after=held), node="node2")
+    assert sb.judge(spec, facts) == {}
+    other = dict(facts, node="node1")
+    assert list(sb.judge(spec, other)) == ["wrong_reason"], "node1's guest is another guest"
