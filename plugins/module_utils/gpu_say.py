@@ -96,8 +96,7 @@ def owner_clause(holder, by_hand):
     what = gpu_owner.describe(owner)
     why = by_hand.why
     if why == lever.SUPERVISED:
-        # A supervisor's sentences sit with its rows (gpu_supervisor.lever), from the same codes.
-        return supervisors.lever(owner)
+        return supervised(owner)
     if why == lever.RUNTIME_UNREACHABLE:
         return ('it runs in %s, and %s: nothing was signalled (its restart policy is unknown); stop the '
                 'container by hand once %s answers: `%s`' % (what, escape_text(owner['cli_error']['text']),
@@ -130,6 +129,28 @@ def owner_clause(holder, by_hand):
     how = _argv(by_hand.argv) if by_hand.argv else 'systemctl stop %s inside the guest' % escape_text(owner['guest_unit'])
     return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
             'in the guest (`%s`)' % (what, how))
+
+
+def supervised(owner):
+    """The clause naming what a person does about a supervised holder that is still there, from
+    its owner's `cli_error` code (gpu_supervisor's and gpu_owner's); the names and commands are
+    gpu_supervisor's facts (describe, manual, status_command)."""
+    sup = owner.get('supervisor') or {}
+    error = owner.get('cli_error') or {}
+    what = supervisors.describe(owner)
+    command = supervisors.manual(owner)
+    code = error.get('code')
+    if code in (gpu_owner.CLI_MISSING, gpu_owner.CLI_TIMEOUT, gpu_owner.CLI_FAILED, supervisors.NOT_LISTED):
+        find = '' if owner.get('id') else (' (find the program whose pid is %s with `%s`)'
+                                           % (sup.get('program_pid'), supervisors.status_command(owner)))
+        return ('it is run by %s, whose autorestart brings back what is killed, and %s: nothing was '
+                'signalled; stop the program by hand once the supervisor answers: `%s`%s'
+                % (what, escape_text(error.get('text')), command, find))
+    if code in (supervisors.CAME_BACK, supervisors.STOP_FAILED):
+        return 'it is run by %s, and %s: stop the program by hand: `%s`' % (
+            what, escape_text(error.get('text')), command)
+    return ('it is run by %s, whose autorestart brings back what is killed: stop the program through '
+            'its supervisor (stop_supervised: true, or `%s`)' % (what, command))
 
 
 def next_lever(holder):
