@@ -65,6 +65,36 @@ def respawner_refusal(parent, code):
     return 'it holds a GPU itself'
 
 
+def sigterm_futile(holder, code):
+    """Why SIGTERM cannot end this holder (gpu_decide.sigterm_futile_code), or None."""
+    if code is None:
+        return None
+    if code == lever.SIGTERM_IGNORED:
+        return 'ignored (SigIgn)'
+    return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
+            'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
+
+
+def remaining(code, peer_gpus=()):
+    """The `reason` of a holder still on a GPU after the ladder, for the codes gpu_flow's report
+    gives (gpu_lever.SURVIVED, PEER_MEMORY with the held GPUs it maps, DEVICE_OPEN)."""
+    if code == lever.PEER_MEMORY:
+        return 'maps peer memory of GPU %s' % ','.join(str(i) for i in peer_gpus)
+    if code == lever.DEVICE_OPEN:
+        return 'has the device open (blocks a reset)'
+    return 'survived the ladder'
+
+
+def held(holder, code):
+    """Why a holder keeps its GPU, so the GPU is not waited for (gpu_flow's wait_release codes:
+    gpu_lever.ALIVE_AFTER_KILL, GUEST_RESTARTS, LEFT), as the predicate after its PID."""
+    if code == lever.ALIVE_AFTER_KILL:
+        return 'is alive after SIGKILL (state %s)' % holder['state']
+    if code == lever.GUEST_RESTARTS:
+        return 'is back: %s' % owner_clause(holder, lever.by_hand(holder))
+    return 'is left: %s' % holder.get('reason', 'not a target')
+
+
 def respawn_message(parent):
     """The failure sentence for a parent that keeps respawning holders and was not ended. The
     init of a guest or container is never signalled (`kill` from here would end the whole
