@@ -846,7 +846,7 @@ class Ladder(object):
         froze is let go (SIGCONT): the host is left as it was found."""
         for target in self.watch.take_next_targets():
             if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
-                self.watch.respawners.append(dict(target, reason='the passes ran out before it was ended',
+                self.watch.respawners.append(dict(target, reason=say.respawner_refusal(target, lever.PASSES_RAN_OUT),
                                                   respawned='see actions'))
         self._thaw()
 

@@ -58,6 +58,7 @@ NOT_A_SERVICE = 'not_a_service'    # no service unit (a scope, a session, none)
 # Why the ladder leaves a holder alone (the signal lever's refusal; gpu_reclaim's reason_code).
 INIT, PROTECTED, ZOMBIE, UNMATCHED = 'init', 'protected', 'zombie', 'unmatched'
 HOLDS_GPU = 'holds_gpu'            # a respawner that holds a GPU itself (without `match`)
+PASSES_RAN_OUT = 'passes_ran_out'  # a respawner the passes ran out before it was ended
 # Why a holder is still on a GPU after the ladder (gpu_reclaim's reason_code, beside the skip
 # codes above; gpu_decide names them too, gpu_say.remaining writes their `reason`).
 SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = 'survived', 'peer_memory', 'device_open', 'respawns'

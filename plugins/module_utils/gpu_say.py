@@ -55,13 +55,16 @@ def skip(holder, code):
 
 
 def respawner_refusal(parent, code):
-    """Why a respawning ancestor was not made the target (gpu_lever.respawner_lever's refusal)."""
+    """Why a respawning ancestor was not made the target (gpu_lever.respawner_lever's refusal), or
+    not ended (gpu_lever.PASSES_RAN_OUT)."""
     if code is None:
         return None
     if code == lever.PROTECTED:
         return 'it is protected (%s)' % parent['protected_reason']
     if code == lever.UNMATCHED:
         return 'it does not match `match`'
+    if code == lever.PASSES_RAN_OUT:
+        return 'the passes ran out before it was ended'
     return 'it holds a GPU itself'
 
 
