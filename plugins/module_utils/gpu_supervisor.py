@@ -43,7 +43,7 @@ import json
 import os
 import re
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_owner import CLI_FAILED, CLI_MISSING, CLI_TIMEOUT
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # How many ancestors above a holder are looked at: the program may be the holder itself
@@ -60,8 +60,9 @@ STAY_DOWN_S = 1.5
 
 # Why a supervised holder is left (the `remaining` entries' reason_code; gpu_say.supervised writes
 # the sentences).
-# The CLI's own failures are gpu_owner's CLI_MISSING, CLI_TIMEOUT, CLI_FAILED (the same for a
-# container's runtime).
+# The CLI's own failures are gpu_owner's (the same for a container's runtime), named here too for
+# the code that runs a supervisor's status and stop (gpu_flow, gpu_act).
+CLI_MISSING, CLI_TIMEOUT, CLI_FAILED = gpu_owner.CLI_MISSING, gpu_owner.CLI_TIMEOUT, gpu_owner.CLI_FAILED
 LEVER_OFF = 'supervised'            # stop_supervised: false
 NOT_LISTED = 'supervisor_not_listed'  # the status answered and lists no program with that PID
 CAME_BACK = 'supervisor_restarted'    # put down, the supervisor started it again
