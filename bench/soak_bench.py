@@ -80,9 +80,6 @@ GUEST_PARTS = ("plain", "orphan", "unit", "protected", "outscope", "monitor")
 # kind -> what the node must offer, any of (install() reads it from the node)
 NEEDS = {"container": ("podman", "docker"), "supervised": ("supervisord", "runit"), "loop": ("load_s",),
          "lxc": ("lxc",)}
-def lxc_guest(node):
-    """soak_node.GUEST on `node` (the node's hostname is its lab name)."""
-    return "gpuops-soak-lxc-%s" % node
 RUNTIMES, SUPERVISORS = ("podman", "docker"), ("supervisord", "runit")
 # How often each kind is drawn: a podman container on the lab's vfs storage costs about 5 s
 # to start and stop, the other parts under 1 s (measured on the 2-core host, seed 1).
@@ -93,6 +90,11 @@ TITLES = ["python3 run_inference.py --model kimi", "sglang::scheduler_TP0", "[kw
 HOLDING = ("plain", "orphan", "unit", "container", "supervised", "loop", "protected", "daemon", "outscope",
            "shell", "lxc")
 INFRA_NAMES = ("nv-hostengine", "nvidia-persistenced", "dcgm-exporter")
+
+
+def lxc_guest(node):
+    """soak_node.GUEST on `node` (the node's hostname is its lab name)."""
+    return "gpuops-soak-lxc-%s" % node
 
 
 # --- shapes (pure) ---------------------------------------------------------------------------
