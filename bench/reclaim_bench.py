@@ -180,16 +180,18 @@ def build_ranks(root):
             "--exec-name", "python3"]
     script = " ".join("%s --ready-file %s --title 'python3 rank %d' &" % (
         " ".join(hold), os.path.join(root, "ready-rank%d.json" % i), i) for i in range(RANKS))
-    subprocess.Popen(["/bin/sh", "-c", script + " wait"], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     env=dict(os.environ, FAKEGPU_ROOT=root))
+    errors = os.path.join(root, "ranks-stderr.txt")
+    with open(errors, "w") as stderr:
+        subprocess.Popen(["/bin/sh", "-c", script + " wait"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=stderr, env=dict(os.environ, FAKEGPU_ROOT=root))
     ranks = []
     deadline = time.monotonic() + 60
     for i in range(RANKS):
         ready = os.path.join(root, "ready-rank%d.json" % i)
         while not os.path.exists(ready):
             if time.monotonic() > deadline:
-                raise RuntimeError("rank %d not ready after 60 s" % i)
+                with open(errors) as handle:
+                    raise RuntimeError("rank %d not ready after 60 s: %s" % (i, handle.read()[-2000:]))
             time.sleep(0.02)
         with open(ready) as handle:
             record = json.load(handle)
