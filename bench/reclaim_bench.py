@@ -17,14 +17,17 @@ all ignoring SIGTERM, started by one launcher shell that waits for them (as torc
 parent does), on stand-in GPUs whose every context also uses 6 MiB that NVML charges to no process
 (`fakegpu setup --context-uncharged-mib`; a real H200 with 24 such ranks: 141 MiB, more than
 gpu_reclaim's default free_threshold_mib of 128). Methods ladder, force and blind (a SIGKILL of
-every rank at once from the driver, s12's floor).
+every rank at once from the driver, s12's floor). `--shape s12`: the same ranks, children of
+the driver, which runs the Ladder in a forked child, so their parent is an ancestor of the
+Ladder's process, as tests/gpu s12's runner is of the module (no supervisor chain, no respawn
+watch), and the Ladder gets `match: ['rank']`, as s12 passes its run id.
 
 Methods, alternated trial by trial:
   ladder   Ladder(Surveyor(dev_dir=ROOT/dev), term_timeout=5)      (gpu_reclaim defaults otherwise)
   manual   pkill -f run_inference; sleep 1; pkill -9 -f sglang; sleep 3; pkill -9 python3;
            sleep 2; fuser -k ROOT/dev/nvidia*; sleep 2                 (the seeds' sequence)
   force    Ladder(..., force=True)                                      (no grace: "all levers")
-  blind    os.kill(rank, SIGKILL) for every rank                        (--shape ranks: the floor)
+  blind    os.kill(rank, SIGKILL) for every rank                        (--shape ranks/s12: the floor)
   ladder@REF, force@REF   with --before REF: the same, with plugins/ as of git commit REF
 
 Time to free is measured from outside the namespace by polling the stand-in NVML every 20 ms,
@@ -172,18 +175,26 @@ def build_wedge(root):
     return holders, innocents
 
 
-def build_ranks(root):
-    """RANKS ranks on GPU 0, each ignoring SIGTERM, children of one launcher shell that waits for
-    them (a live ancestor the Ladder watches for a respawn until it exits after its ranks);
-    returns the ranks, and no innocents."""
+def build_ranks(root, shape):
+    """RANKS ranks on GPU 0, each ignoring SIGTERM; returns the ranks, and no innocents. `ranks`:
+    children of one launcher shell that waits for them (a live ancestor the Ladder watches for a
+    respawn until it exits after its ranks). `s12`: children of this driver, which runs the Ladder
+    in a child of its own (run_ladder), so the ranks' parent is an ancestor of the Ladder's
+    process, as the suite's runner is of the module in tests/gpu s12."""
     hold = [sys.executable, bl.FAKEGPU, "hold", "--gpu", "0:%d" % RANK_MIB, "--ignore-term",
             "--exec-name", "python3"]
-    script = " ".join("%s --ready-file %s --title 'python3 rank %d' &" % (
-        " ".join(hold), os.path.join(root, "ready-rank%d.json" % i), i) for i in range(RANKS))
     errors = os.path.join(root, "ranks-stderr.txt")
     with open(errors, "w") as stderr:
-        subprocess.Popen(["/bin/sh", "-c", script + " wait"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=stderr, env=dict(os.environ, FAKEGPU_ROOT=root))
+        if shape == "s12":
+            for i in range(RANKS):
+                subprocess.Popen(hold + ["--ready-file", os.path.join(root, "ready-rank%d.json" % i), "--title",
+                                         "python3 rank %d" % i], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=stderr, env=dict(os.environ, FAKEGPU_ROOT=root))
+        else:
+            script = " ".join("%s --ready-file %s --title 'python3 rank %d' &" % (
+                " ".join(hold), os.path.join(root, "ready-rank%d.json" % i), i) for i in range(RANKS))
+            subprocess.Popen(["/bin/sh", "-c", script + " wait"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=stderr, env=dict(os.environ, FAKEGPU_ROOT=root))
     ranks = []
     deadline = time.monotonic() + 60
     for i in range(RANKS):
@@ -199,6 +210,36 @@ def build_ranks(root):
     return ranks, []
 
 
+def in_child(fn):
+    """fn() in a forked child (its result through a pipe): the Ladder of --shape s12, whose
+    ancestors include the ranks' parent."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        code = 0
+        try:
+            os.write(write_end, json.dumps(fn()).encode())
+        except BaseException:  # noqa: B902 - say what failed, in the parent
+            import traceback
+            os.write(write_end, json.dumps({"error": traceback.format_exc()}).encode())
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    data = b""
+    while True:
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_end)
+    os.waitpid(child, 0)
+    detail = json.loads(data)
+    if "error" in detail:
+        raise RuntimeError(detail["error"])
+    return detail
+
+
 def run_blind(holders):
     """s12's floor: SIGKILL every rank at once, no check of anything."""
     for holder in holders:
@@ -206,14 +247,14 @@ def run_blind(holders):
     return {}
 
 
-def run_ladder(root, term_timeout, force, collections, profile=None):
+def run_ladder(root, term_timeout, force, collections, profile=None, match=None):
     started = time.monotonic()
     flow, _unused = bl.import_collection(collections)
     imported = time.monotonic()
     surveyor = flow.Surveyor(dev_dir=os.path.join(root, "dev"), nvml_timeout=10)
     built = time.monotonic()
     ladder = flow.Ladder(surveyor, term_timeout=term_timeout, release_timeout=10, passes=3,
-                         force=force)
+                         force=force, match=match)
     if profile:
         import cProfile
         import io
@@ -254,7 +295,7 @@ def run_manual(root):
 def driver(args):
     set_comm("bench-driver")
     root = args.root
-    holders, innocents = build_ranks(root) if args.shape == "ranks" else build_wedge(root)
+    holders, innocents = build_ranks(root, args.shape) if args.shape != "seeds" else build_wedge(root)
     before = nvml_used()
     start = time.monotonic()
     with open(os.path.join(root, "start.json"), "w") as f:
@@ -264,8 +305,11 @@ def driver(args):
     elif args.inner == "blind":
         detail = run_blind(holders)
     else:
-        detail = run_ladder(root, args.term_timeout, force=args.inner.startswith("force"),
-                            collections=args.collections, profile=args.profile)
+        run = lambda: run_ladder(root, args.term_timeout, force=args.inner.startswith("force"),  # noqa: E731
+                                 collections=args.collections, profile=args.profile,
+                                 # s12 passes `match` (its run id, in every rank's title)
+                                 match=["rank"] if args.shape == "s12" else None)
+        detail = in_child(run) if args.shape == "s12" else run()
     returned = time.monotonic()
     deadline = returned + SETTLE_S
     used = nvml_used()
@@ -325,7 +369,7 @@ def trial(method, root, reaper, term_timeout, collections, shape, profile=None, 
         if os.path.isfile(os.path.join(root, name)):
             os.unlink(os.path.join(root, name))
     bl.fakegpu(root, "setup", "--gpus", str(GPUS), "--memory-mib", str(GPU_MIB), "--context-uncharged-mib",
-               str(RANK_UNCHARGED_MIB if shape == "ranks" else 0))
+               str(0 if shape == "seeds" else RANK_UNCHARGED_MIB))
     if held(nvml_used()):
         raise RuntimeError("GPUs not free before the trial: %s" % nvml_used())
     poller = Poller()
@@ -436,7 +480,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--methods", help="default ladder,manual,force; with --shape ranks ladder,force,blind")
-    parser.add_argument("--shape", choices=("seeds", "ranks"), default="seeds")
+    parser.add_argument("--shape", choices=("seeds", "ranks", "s12"), default="seeds")
     parser.add_argument("--profile", nargs="?", const=True, default=None,
                         help="cProfile every Ladder.run into results/reclaim-profile.txt (slower: not for the times)")
     parser.add_argument("--term-timeout", type=float, default=5.0)
@@ -454,7 +498,7 @@ def main():
     reaper = bl.Reaper()
     reaper.path(root)
     bl.import_collection()
-    methods = (args.methods or ("ladder,force,blind" if args.shape == "ranks" else "ladder,manual,force")).split(",")
+    methods = (args.methods or ("ladder,manual,force" if args.shape == "seeds" else "ladder,force,blind")).split(",")
     trees = {m: bl.COLLECTIONS for m in methods}
     if args.before:
         old = tempfile.mkdtemp(prefix="reclaimbench-before-")
@@ -509,10 +553,11 @@ def main():
         labels["ladder@" + args.before] = "Ladder @%s" % args.before
         labels["force@" + args.before] = "Ladder force=True @%s" % args.before
     print()
-    if args.shape == "ranks":
-        print("Reclaim benchmark, ranks: %d x %d MiB on stand-in GPU 0, all ignoring SIGTERM, under one "
-              "launcher shell; %d MiB per context charged to no process; %d reps, alternating"
-              % (RANKS, RANK_MIB, RANK_UNCHARGED_MIB, args.reps))
+    if args.shape != "seeds":
+        print("Reclaim benchmark, %s: %d x %d MiB on stand-in GPU 0, all ignoring SIGTERM, %s; %d MiB per "
+              "context charged to no process; %d reps, alternating"
+              % (args.shape, RANKS, RANK_MIB, "under one launcher shell" if args.shape == "ranks" else
+                 "children of an ancestor of the Ladder's process", RANK_UNCHARGED_MIB, args.reps))
     else:
         print("Reclaim benchmark: 8 stand-in GPUs, TP-8 orphans + TERM-ignoring holder + [kworker/3:1] "
               "stray; innocents gpu-monitor (nvidiactl only) and python3; %d reps, alternating"

@@ -33,9 +33,8 @@ PATTERN_TIMEOUT_S = 2.0
 _SHOWN_CHARS = 60
 # What makes a pattern more than a literal string. Without any of them, re searches for the string
 # itself (no repetition, no alternation: nothing to backtrack over), which `in` does in time linear
-# in the text. The fork such a pattern cost every survey was 10 ms of the 25 before gpu_reclaim's
-# first signal on 24 ranks matched by a run id (tests/gpu s12's arrangement, stand-in driver, 2-core
-# host under load).
+# in the text. The fork such a pattern cost every survey took gpu_reclaim's first signal on 24
+# ranks matched by a run id from 22 ms to 26 (bench/run reclaim --shape s12, 8 reps, medians).
 _METACHARACTERS = frozenset('.^$*+?{}[]\\|()')
 
 
