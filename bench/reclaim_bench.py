@@ -305,10 +305,11 @@ def driver(args):
     elif args.inner == "blind":
         detail = run_blind(holders)
     else:
-        run = lambda: run_ladder(root, args.term_timeout, force=args.inner.startswith("force"),  # noqa: E731
-                                 collections=args.collections, profile=args.profile,
-                                 # s12 passes `match` (its run id, in every rank's title)
-                                 match=["rank"] if args.shape == "s12" else None)
+        def run():
+            return run_ladder(root, args.term_timeout, force=args.inner.startswith("force"),
+                              collections=args.collections, profile=args.profile,
+                              # s12 passes `match` (its run id, in every rank's title)
+                              match=["rank"] if args.shape == "s12" else None)
         detail = in_child(run) if args.shape == "s12" else run()
     returned = time.monotonic()
     deadline = returned + SETTLE_S
