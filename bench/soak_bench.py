@@ -1,7 +1,7 @@
 """Randomised soak: gpu_reclaim on random owner shapes on a lab node, as a reliability figure.
 
 usage: bench/run soak [--n N] [--seed S] [--only K[,K...]] [--budget SECONDS] [--kinds a,b]
-                      [--batch B] [--keep]
+                      [--batch B] [--keep] [--nodes M] [--guest-share F]
 
 Boots --nodes lab nodes (the private lab of LAB_STATE/LAB_RUN/LAB_ADDR_BASE when set, else
 /var/lib/gpuops-lab-bench at base 200; with podman when LAB_CONTAINERS=1; with docker,
@@ -80,7 +80,9 @@ GUEST_PARTS = ("plain", "orphan", "unit", "protected", "outscope", "monitor")
 # kind -> what the node must offer, any of (install() reads it from the node)
 NEEDS = {"container": ("podman", "docker"), "supervised": ("supervisord", "runit"), "loop": ("load_s",),
          "lxc": ("lxc",)}
-LXC_GUEST = "gpuops-soak-lxc"     # soak_node.GUEST
+def lxc_guest(node):
+    """soak_node.GUEST on `node` (the node's hostname is its lab name)."""
+    return "gpuops-soak-lxc-%s" % node
 RUNTIMES, SUPERVISORS = ("podman", "docker"), ("supervisord", "runit")
 # How often each kind is drawn: a podman container on the lab's vfs storage costs about 5 s
 # to start and stop, the other parts under 1 s (measured on the 2-core host, seed 1).
@@ -116,12 +118,13 @@ def comeback_s(part):
     return 0.0
 
 
-def shape(seed, trial, kinds, offered=("podman", "supervisord", "runit")):
+def shape(seed, trial, kinds, offered=("podman", "supervisord", "runit"), guest_share=GUEST_SHARE):
     """Trial `trial` of seed `seed`: {"parts": [...], "args": {...}, "watch_s": s}. Pure and
     deterministic (random.Random seeded with the string "SEED-TRIAL") for the same kinds and
-    node offer (a container's runtime and a supervisor are drawn from what the node has)."""
+    node offer (a container's runtime and a supervisor are drawn from what the node has), and
+    the same share of guest trials."""
     rng = random.Random("%d-%d" % (seed, trial))
-    host = "guest" in kinds and rng.random() < GUEST_SHARE
+    host = "guest" in kinds and rng.random() < guest_share
     drawn = [k for k in kinds if k != "guest" and (k in GUEST_PARTS or not host)]
     parts = []
     for _part in range(rng.randint(1, 4)):
@@ -189,13 +192,13 @@ def shielded(part):
     return part["kind"] == "protected" or (part["kind"] == "daemon" and not part["as_user"])
 
 
-def expect(spec):
-    """What the shape allows: the selected GPUs that must end free, those that stay held
-    (by whom), and whether the run must succeed."""
+def expect(spec, node="node1"):
+    """What the shape allows on `node`: the selected GPUs that must end free, those that stay
+    held (by whom), and whether the run must succeed."""
     selected = {int(g) for g in spec["args"]["gpus"]}
     held_by_protected = {p["gpu"] for p in spec["parts"] if shielded(p) and p["gpu"] in selected}
-    guest_units = {p["gpu"]: ("lxc-attach -n %s -- systemctl stop soak-%d-%d.service" % (LXC_GUEST, spec["trial"], k)
-                              if p["kind"] == "lxc" else "soak-%d-%d.service" % (spec["trial"], k))
+    guest_units = {p["gpu"]: ("lxc-attach -n %s -- systemctl stop soak-%d-%d.service"
+                              % (lxc_guest(node), spec["trial"], k) if p["kind"] == "lxc" else "soak-%d-%d.service" % (spec["trial"], k))
                    for k, p in enumerate(spec["parts"]) if guest_comes_back(spec, p) and p["gpu"] in selected}
     blocked = held_by_protected | set(guest_units)
     return {"free_gpus": sorted(selected - blocked), "blocked_gpus": sorted(blocked),
@@ -206,7 +209,7 @@ def judge(spec, facts):
     """The trial's failures: {kind: [details]} (empty: the trial passed)."""
     if "shape_error" in facts:
         return {"infra": [facts["shape_error"]]}
-    exp = expect(spec)
+    exp = expect(spec, facts.get("node", "node1"))
     result = facts["result"]
     failures = collections.defaultdict(list)
     signalled = {a.get("pid") for a in result.get("actions") or [] if a.get("step") in SIGNALS and a.get("changed")}
@@ -465,8 +468,9 @@ def run_batch(node, specs, deadline, on_line):
 # --- report ----------------------------------------------------------------------------------
 
 
-def replay(spec):
-    return "bench/run soak --seed %d --only %d" % (spec["seed"], spec["trial"])
+def replay(spec, guest_share=GUEST_SHARE):
+    share = "" if guest_share == GUEST_SHARE else " --guest-share %g" % guest_share
+    return "bench/run soak --seed %d --only %d%s" % (spec["seed"], spec["trial"], share)
 
 
 def report(args, seed, trials, started, stopped_by_budget, offered):
@@ -499,13 +503,14 @@ def report(args, seed, trials, started, stopped_by_budget, offered):
     for t in failed + [t for t in infra if t not in failed]:
         print("\nFAILED trial %d (seed %d): %s\n  shape: %s\n  replay: %s" % (
             t["spec"]["trial"], seed, json.dumps(t["failures"]), json.dumps(t["spec"]["parts"]),
-            replay(t["spec"])))
+            replay(t["spec"], args.guest_share)))
     commit = args.commit
     print("\ncommit %s; a trial's shape depends on the code, the kinds and what the node offers (%s): replay "
           "at this commit on the same kind of node" % (commit, ",".join(sorted(offered))))
     path = bl.write_json(args.out, {
         "commit": commit, "seed": seed, "n_requested": args.n, "n_run": n, "budget_s": args.budget,
         "stopped_by_budget": stopped_by_budget, "kinds": args.kinds, "node_offers": sorted(offered),
+        "guest_share": args.guest_share,
         "counts": counts, "failed_trials": [t["spec"]["trial"] for t in failed],
         "infra_trials": [t["spec"]["trial"] for t in infra],
         "trials": trials})
@@ -513,7 +518,8 @@ def report(args, seed, trials, started, stopped_by_budget, offered):
     return counts
 
 
-def soak(nodes, seed, indices, kinds, budget, batch, log=bl.log, offered=("podman", "supervisord", "runit")):
+def soak(nodes, seed, indices, kinds, budget, batch, log=bl.log, offered=("podman", "supervisord", "runit"),
+         guest_share=GUEST_SHARE):
     """Run trials `indices` of `seed` on `nodes` (up and installed; one name or a list), the
     trials dealt round-robin, one thread per node; return (trials, stopped_by_budget)."""
     nodes = [nodes] if isinstance(nodes, str) else list(nodes)
@@ -521,7 +527,7 @@ def soak(nodes, seed, indices, kinds, budget, batch, log=bl.log, offered=("podma
     deadline = started + budget
     trials = []
     lock = threading.Lock()
-    specs = {i: shape(seed, i, kinds, offered) for i in indices}
+    specs = {i: shape(seed, i, kinds, offered, guest_share) for i in indices}
     errors = []
 
     def on_line(node, facts):
@@ -529,9 +535,10 @@ def soak(nodes, seed, indices, kinds, budget, batch, log=bl.log, offered=("podma
             host_module(node, specs[facts["await_host_module"]])
             return
         spec = specs[facts["trial"]]
+        facts = dict(facts, node=node)
         failures = judge(spec, facts)
         with lock:
-            trials.append({"spec": spec, "facts": dict(facts, node=node), "failures": failures})
+            trials.append({"spec": spec, "facts": facts, "failures": failures})
             log("trial %d: %s %.1f s  %s%s%s" % (
                 facts["trial"], "ok" if not failures else "FAIL " + ",".join(failures), facts.get("total_s", 0),
                 "%s " % node if len(nodes) > 1 else "", "guest: " if spec.get("host") else "",
@@ -572,12 +579,17 @@ def main():
     parser.add_argument("--out", default="soak.json", help="file name under bench/results (default soak.json)")
     parser.add_argument("--nodes", type=int, default=1, help="lab nodes to deal the trials over (default 1)")
     parser.add_argument("--keep", action="store_true", help="leave the lab node up afterwards")
+    parser.add_argument("--guest-share", type=float, default=GUEST_SHARE,
+                        help="share of trials run from the controller around the node, when 'guest' is among "
+                             "the kinds (default %g; 1 for a run of guest trials only)" % GUEST_SHARE)
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or args.n < 1 or args.budget <= 0 or args.batch < 1 or not 1 <= args.nodes <= 4:
         parser.error("--kinds: unknown %s (known: %s); --n, --budget and --batch must be positive, --nodes 1..4"
                      % (",".join(unknown) or "none", ",".join(KINDS)))
+    if not 0 <= args.guest_share <= 1:
+        parser.error("--guest-share %r: a share from 0 to 1" % args.guest_share)
     if args.only and args.seed is None:
         parser.error("--only replays trials of one seed: give --seed too")
     seed = args.seed if args.seed is not None else int(time.time()) % 100000
@@ -601,7 +613,7 @@ def main():
         bl.log("seed %d; kinds %s" % (seed, ",".join(args.kinds)))
         args.only = only
         trials, stopped = soak(nodes, seed, only or range(args.n), args.kinds, args.budget, args.batch,
-                               offered=offered)
+                               offered=offered, guest_share=args.guest_share)
     finally:
         if not args.keep:
             lab("down")

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -325,7 +326,10 @@ def build_protected(name, part, gpus):
 # trials by the node's lab-lxc-guest (tests/lab/node/lab-lxc-guest, as tests/integration/test_lxc.py
 # boots its guest): the module runs on the node, the host around the guest, and sees the guest's
 # processes under /lxc.payload.GUEST.
-GUEST = "gpuops-soak-lxc"
+# One name per node: lxc reaches a running guest through an abstract socket named by its name, in
+# the network namespace every lab node shares, so two nodes' guests of one name collide (seed 3003
+# at 79ccc10: node1 read node2's guest as its own and every node1 lxc trial waited 90 s, infra).
+GUEST = "gpuops-soak-lxc-" + socket.gethostname()
 
 
 def in_guest(cmd):

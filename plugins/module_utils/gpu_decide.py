@@ -593,7 +593,7 @@ def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), pee
 # Why a holder stays on a GPU, as the `remaining` entries' reason_code (gpu_reclaim's RETURN):
 # the first four from skip_code (gpu_lever), the rest from gpu_flow's report.
 INIT, PROTECTED, ZOMBIE, UNMATCHED = lever.INIT, lever.PROTECTED, lever.ZOMBIE, lever.UNMATCHED
-SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = 'survived', 'peer_memory', 'device_open', 'respawns'
+SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = lever.SURVIVED, lever.PEER_MEMORY, lever.DEVICE_OPEN, lever.RESPAWNS
 
 skip_code = lever.skip_code
 skip_sentence = say.skip
@@ -635,14 +635,19 @@ def supervised_to_stop(holders, selected, match_patterns):
     return found
 
 
-def sigterm_futile(holder):
-    """Why SIGTERM cannot end this holder (so SIGKILL follows at once), or None."""
+def sigterm_futile_code(holder):
+    """Why SIGTERM cannot end this holder, so SIGKILL follows at once (gpu_lever.SIGTERM_IGNORED,
+    TRACED_STOPPED), or None."""
     if holder['ignores_sigterm']:
-        return 'ignored (SigIgn)'
+        return lever.SIGTERM_IGNORED
     if holder['state'] == 'tracing-stop':
-        return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
-                'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
+        return lever.TRACED_STOPPED
     return None
+
+
+def sigterm_futile(holder):
+    """The sentence of sigterm_futile_code (gpu_say.sigterm_futile), or None."""
+    return say.sigterm_futile(holder, sigterm_futile_code(holder))
 
 
 def respawner_lever(parent, match_patterns, holds_gpu):

@@ -590,7 +590,7 @@ class Ladder(object):
                                         pids=[t['pid'] for t in targets]))
             self._watch_parents(targets)
             self._escalate(targets, protected_units)
-            current = self._verify(targets)
+            current, left = self._verify(targets)
             if self._respawned(current):
                 continue
             # Not free, and something left can still be ended: another round. Not free only
@@ -598,7 +598,7 @@ class Ladder(object):
             # still coming back: the respawners of what was ended are watched all the same, or
             # a loop restarts its holder on a GPU the run then leaves held unnamed (the soak,
             # bench/soak_bench.py: a loop beside a protected holder on another GPU).
-            if not current.free and self._targets(current):
+            if not current.free and (left if left is not None else self._targets(current)):
                 continue
             if not self._settle(current):
                 break
@@ -621,12 +621,16 @@ class Ladder(object):
         or an earlier one, is watched for a comeback before the run can end: when the survey
         reads free, or when nothing left can be signalled (a protected holder keeps another GPU).
         The soak found both holes (bench/README, seed 3002: a guest unit's holder killed in pass 1
-        while a fork-inherited holder needed pass 2 was never watched)."""
+        while a fork-inherited holder needed pass 2 was never watched).
+
+        Returns (the survey, its targets where they were planned here, else None): the pass that
+        follows asks for them again only when they were not (each survey is planned once)."""
         self.watch.guest_pending |= set(_guest_unit(t) for t in signalled) - set([None])
         current = self._look()
-        if current.free or (self.watch.guest_pending and not self._targets(current)):
-            current = self._watch_guest_respawn(current)
-        return current
+        left = self._targets(current) if self.watch.guest_pending and not current.free else None
+        if current.free or (self.watch.guest_pending and not left):
+            return self._watch_guest_respawn(current), None
+        return current, left
 
     def _targets(self, survey):
         """The holders to signal: not those a guest's systemd was seen restarting, nor, without
@@ -845,7 +849,7 @@ class Ladder(object):
         froze is let go (SIGCONT): the host is left as it was found."""
         for target in self.watch.take_next_targets():
             if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
-                self.watch.respawners.append(dict(target, reason='the passes ran out before it was ended',
+                self.watch.respawners.append(dict(target, reason=say.respawner_refusal(target, lever.PASSES_RAN_OUT),
                                                   respawned='see actions'))
         self._thaw()
 
@@ -883,10 +887,11 @@ class Ladder(object):
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say), and a traced stopped one cannot act on it:
             # waiting out the grace for them frees nothing.
-            futile = [h for h in targets if decide.sigterm_futile(h)]
+            futile = [h for h in targets if decide.sigterm_futile_code(h)]
             for holder, action in terms:
                 if holder in futile and action.changed and not self.actor.recording:
-                    action.result = 'sent; %s: SIGKILL at once' % decide.sigterm_futile(holder)
+                    action.result = 'sent; %s: SIGKILL at once' % say.sigterm_futile(
+                        holder, decide.sigterm_futile_code(holder))
             killed = [self._kill(h) for h in futile]
             listening = [(h, a) for h, a in terms if h not in futile]
             self._wait_outcomes(listening, self.term_timeout, 'SIGTERM')
@@ -975,7 +980,7 @@ class Ladder(object):
             unseen = []
         if not hopeful:
             restarting = self.watch.guest_units
-            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), _held_because(h, self.unreachable, restarting))
+            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), say.held(h, _held_code(h, self.unreachable, restarting)))
                                                     for h in kept)) for index, kept in sorted(blocked.items())]
             why += ['GPU %d: memory held by no visible process and not falling' % index for index in unseen]
             self._record(act.Action('wait_release', 'GPU %s' % _indices(selected),
@@ -1058,7 +1063,8 @@ class Ladder(object):
         if not last.free:
             targets, left = decide.plan_targets(last.holders, last.selected, self.match, last.spared_pids,
                                                 self.peers)
-            remaining = left + [dict(t, reason='survived the ladder', reason_code=decide.SURVIVED) for t in targets]
+            remaining = left + [dict(t, reason=say.remaining(decide.SURVIVED), reason_code=decide.SURVIVED)
+                                for t in targets]
             held = set(row['index'] for row in last.rows if not row['free'])
             seen = set(h['pid'] for h in remaining) | last.spared_pids
             # Handles on a GPU still held block its reset; name them, never signal them. A peer
@@ -1068,11 +1074,10 @@ class Ladder(object):
                     continue
                 peer_held = sorted(held & set(h['peer_gpus']))
                 if peer_held:
-                    remaining.append(dict(h, reason='maps peer memory of GPU %s' % ','.join(
-                        str(i) for i in peer_held), lever=gpu_peers.peer_lever(h, peer_held[0]),
-                        reason_code=decide.PEER_MEMORY))
+                    remaining.append(dict(h, reason=say.remaining(decide.PEER_MEMORY, peer_held),
+                                          lever=gpu_peers.peer_lever(h, peer_held[0]), reason_code=decide.PEER_MEMORY))
                 else:
-                    remaining.append(dict(h, reason='has the device open (blocks a reset)', reason_code=decide.DEVICE_OPEN))
+                    remaining.append(dict(h, reason=say.remaining(decide.DEVICE_OPEN), reason_code=decide.DEVICE_OPEN))
         for parent in self.watch.respawners:
             remaining.append(dict(((k, v) for k, v in parent.items() if k != 'respawned'), reason_code=decide.RESPAWNS))
         result.update({
@@ -1101,12 +1106,13 @@ def _unique(holders):
     return out
 
 
-def _held_because(holder, unreachable, restarting_guest_units=frozenset()):
+def _held_code(holder, unreachable, restarting_guest_units=frozenset()):
+    """Why a holder keeps its GPU, so the GPU is not waited for (gpu_say.held writes it)."""
     if holder['pid'] in unreachable:
-        return 'is alive after SIGKILL (state %s)' % holder['state']
+        return lever.ALIVE_AFTER_KILL
     if _guest_unit(holder) in restarting_guest_units:
-        return 'is back: %s' % decide.owner_lever(holder)
-    return 'is left: %s' % holder.get('reason', 'not a target')
+        return lever.GUEST_RESTARTS
+    return lever.LEFT
 
 
 def _indices(selected):

@@ -58,6 +58,17 @@ NOT_A_SERVICE = 'not_a_service'    # no service unit (a scope, a session, none)
 # Why the ladder leaves a holder alone (the signal lever's refusal; gpu_reclaim's reason_code).
 INIT, PROTECTED, ZOMBIE, UNMATCHED = 'init', 'protected', 'zombie', 'unmatched'
 HOLDS_GPU = 'holds_gpu'            # a respawner that holds a GPU itself (without `match`)
+PASSES_RAN_OUT = 'passes_ran_out'  # a respawner the passes ran out before it was ended
+# Why a holder is still on a GPU after the ladder (gpu_reclaim's reason_code, beside the skip
+# codes above; gpu_decide names them too, gpu_say.remaining writes their `reason`).
+SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = 'survived', 'peer_memory', 'device_open', 'respawns'
+# Why a GPU is not waited for: a holder on it stays (gpu_flow's wait_release; gpu_say.held).
+ALIVE_AFTER_KILL = 'alive_after_sigkill'   # SIGKILLed, and still there
+GUEST_RESTARTS = 'guest_restarts'          # a guest's own systemd was seen bringing it back
+LEFT = 'left'                              # left by the ladder (its `reason` says why)
+# Why SIGTERM cannot end a holder, so SIGKILL follows at once (gpu_decide.sigterm_futile_code).
+SIGTERM_IGNORED = 'sigterm_ignored'        # its SigIgn mask holds SIGTERM
+TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on SIGKILL alone
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it

@@ -55,14 +55,47 @@ def skip(holder, code):
 
 
 def respawner_refusal(parent, code):
-    """Why a respawning ancestor was not made the target (gpu_lever.respawner_lever's refusal)."""
+    """Why a respawning ancestor was not made the target (gpu_lever.respawner_lever's refusal), or
+    not ended (gpu_lever.PASSES_RAN_OUT)."""
     if code is None:
         return None
     if code == lever.PROTECTED:
         return 'it is protected (%s)' % parent['protected_reason']
     if code == lever.UNMATCHED:
         return 'it does not match `match`'
+    if code == lever.PASSES_RAN_OUT:
+        return 'the passes ran out before it was ended'
     return 'it holds a GPU itself'
+
+
+def sigterm_futile(holder, code):
+    """Why SIGTERM cannot end this holder (gpu_decide.sigterm_futile_code), or None."""
+    if code is None:
+        return None
+    if code == lever.SIGTERM_IGNORED:
+        return 'ignored (SigIgn)'
+    return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
+            'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
+
+
+def remaining(code, peer_gpus=()):
+    """The `reason` of a holder still on a GPU after the ladder, for the codes gpu_flow's report
+    gives (gpu_lever.SURVIVED, PEER_MEMORY with the held GPUs it maps, DEVICE_OPEN)."""
+    if code == lever.PEER_MEMORY:
+        return 'maps peer memory of GPU %s' % ','.join(str(i) for i in peer_gpus)
+    if code == lever.DEVICE_OPEN:
+        return 'has the device open (blocks a reset)'
+    return 'survived the ladder'
+
+
+def held(holder, code):
+    """Why a holder keeps its GPU, so the GPU is not waited for (gpu_flow's wait_release codes:
+    gpu_lever.ALIVE_AFTER_KILL, GUEST_RESTARTS, LEFT), as the predicate after its PID."""
+    if code == lever.ALIVE_AFTER_KILL:
+        return 'is alive after SIGKILL (state %s)' % holder['state']
+    if code == lever.GUEST_RESTARTS:
+        return 'is back: %s' % owner_clause(holder, lever.by_hand(holder))
+    return 'is left: %s' % holder.get('reason', 'not a target')
 
 
 def respawn_message(parent):
@@ -96,8 +129,7 @@ def owner_clause(holder, by_hand):
     what = gpu_owner.describe(owner)
     why = by_hand.why
     if why == lever.SUPERVISED:
-        # A supervisor's sentences sit with its rows (gpu_supervisor.lever), from the same codes.
-        return supervisors.lever(owner)
+        return supervised(owner)
     if why == lever.RUNTIME_UNREACHABLE:
         return ('it runs in %s, and %s: nothing was signalled (its restart policy is unknown); stop the '
                 'container by hand once %s answers: `%s`' % (what, escape_text(owner['cli_error']['text']),
@@ -130,6 +162,28 @@ def owner_clause(holder, by_hand):
     how = _argv(by_hand.argv) if by_hand.argv else 'systemctl stop %s inside the guest' % escape_text(owner['guest_unit'])
     return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
             'in the guest (`%s`)' % (what, how))
+
+
+def supervised(owner):
+    """The clause naming what a person does about a supervised holder that is still there, from
+    its owner's `cli_error` code (gpu_supervisor's and gpu_owner's); the names and commands are
+    gpu_supervisor's facts (describe, manual, status_command)."""
+    sup = owner.get('supervisor') or {}
+    error = owner.get('cli_error') or {}
+    what = supervisors.describe(owner)
+    command = supervisors.manual(owner)
+    code = error.get('code')
+    if code in (gpu_owner.CLI_MISSING, gpu_owner.CLI_TIMEOUT, gpu_owner.CLI_FAILED, supervisors.NOT_LISTED):
+        find = '' if owner.get('id') else (' (find the program whose pid is %s with `%s`)'
+                                           % (sup.get('program_pid'), supervisors.status_command(owner)))
+        return ('it is run by %s, whose autorestart brings back what is killed, and %s: nothing was '
+                'signalled; stop the program by hand once the supervisor answers: `%s`%s'
+                % (what, escape_text(error.get('text')), command, find))
+    if code in (supervisors.CAME_BACK, supervisors.STOP_FAILED):
+        return 'it is run by %s, and %s: stop the program by hand: `%s`' % (
+            what, escape_text(error.get('text')), command)
+    return ('it is run by %s, whose autorestart brings back what is killed: stop the program through '
+            'its supervisor (stop_supervised: true, or `%s`)' % (what, command))
 
 
 def next_lever(holder):

@@ -43,7 +43,7 @@ import json
 import os
 import re
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_owner import CLI_FAILED, CLI_MISSING, CLI_TIMEOUT
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # How many ancestors above a holder are looked at: the program may be the holder itself
@@ -58,9 +58,11 @@ MAX_DEPTH = 4
 # `want up`); this watch checks that word against what happens.
 STAY_DOWN_S = 1.5
 
-# Why a supervised holder is left (the `remaining` entries' reason_code; sentences in lever()).
-# The CLI's own failures are gpu_owner's CLI_MISSING, CLI_TIMEOUT, CLI_FAILED (the same for a
-# container's runtime).
+# Why a supervised holder is left (the `remaining` entries' reason_code; gpu_say.supervised writes
+# the sentences).
+# The CLI's own failures are gpu_owner's (the same for a container's runtime), named here too for
+# the code that runs a supervisor's status and stop (gpu_flow, gpu_act).
+CLI_MISSING, CLI_TIMEOUT, CLI_FAILED = gpu_owner.CLI_MISSING, gpu_owner.CLI_TIMEOUT, gpu_owner.CLI_FAILED
 LEVER_OFF = 'supervised'            # stop_supervised: false
 NOT_LISTED = 'supervisor_not_listed'  # the status answered and lists no program with that PID
 CAME_BACK = 'supervisor_restarted'    # put down, the supervisor started it again
@@ -368,7 +370,7 @@ def running_pid(runtime, entries, program_id):
     return None
 
 
-# --- the lever, and its sentences ----------------------------------------------------------------
+# --- the lever's facts (gpu_say writes its sentences) --------------------------------------------
 
 def describe(owner):
     """'supervisord program worker (supervisor PID 40, supervisor.service)'."""
@@ -390,23 +392,10 @@ def skip_code(owner):
 
 
 def lever(owner):
-    """What a person does about a supervised holder that is still there, as a clause."""
-    sup = owner.get('supervisor') or {}
-    error = owner.get('cli_error') or {}
-    what = describe(owner)
-    command = manual(owner)
-    code = error.get('code')
-    if code in (CLI_MISSING, CLI_TIMEOUT, CLI_FAILED, NOT_LISTED):
-        find = '' if owner.get('id') else (
-            ' (find the program whose pid is %s with `%s`)' % (sup.get('program_pid'), status_command(owner)))
-        return ('it is run by %s, whose autorestart brings back what is killed, and %s: nothing was '
-                'signalled; stop the program by hand once the supervisor answers: `%s`%s'
-                % (what, escape_text(error.get('text')), command, find))
-    if code in (CAME_BACK, STOP_FAILED):
-        return 'it is run by %s, and %s: stop the program by hand: `%s`' % (
-            what, escape_text(error.get('text')), command)
-    return ('it is run by %s, whose autorestart brings back what is killed: stop the program through '
-            'its supervisor (stop_supervised: true, or `%s`)' % (what, command))
+    """The clause for a supervised holder that is still there: gpu_say.supervised writes it from
+    this owner's codes (kept for callers of this name)."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say
+    return gpu_say.supervised(owner)
 
 
 def key(owner):

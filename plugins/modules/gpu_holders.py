@@ -48,13 +48,6 @@ description:
   - Read-only; never changes the host.
 author:
   - gpuops.reclaim maintainers (@gpuops)
-attributes:
-  check_mode:
-    support: full
-    description: Check mode returns the same result as a normal run.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is no diff.
 options:
   handles:
     description:
@@ -71,6 +64,7 @@ options:
     default: true
 extends_documentation_fragment:
   - gpuops.reclaim.gpu_survey
+  - gpuops.reclaim.read_only
 seealso:
   - module: gpuops.reclaim.gpu_reclaim
 notes:

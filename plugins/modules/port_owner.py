@@ -36,13 +36,6 @@ description:
     return values under the collection's semantic versioning.
 author:
   - gpuops.reclaim maintainers (@gpuops)
-attributes:
-  check_mode:
-    support: full
-    description: Check mode returns the same result as a normal run.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is no diff.
 options:
   port:
     description: The TCP port.
@@ -74,6 +67,8 @@ options:
         required: true
 requirements:
   - Linux C(/proc); root (C(become)) to see every process's descriptors.
+extends_documentation_fragment:
+  - gpuops.reclaim.read_only
 notes:
   - A socket in another network namespace (a container with its own network) is not listed; one
     whose holder this host cannot see (another PID namespace) makes RV(listening) true with no

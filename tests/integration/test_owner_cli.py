@@ -52,6 +52,25 @@ def left_alone(result, pid):
     return entries[0]
 
 
+def reclaim_under_fault(lab, node, fault, cli, daemon, gpu, holder, others):
+    """Read the identities of `holder` and `others` (PIDs), put `fault` on the CLI `cli`
+    ((binary, socket)) of the daemon `daemon`, run gpu_reclaim on `gpu` and undo the fault
+    (always). Asserts the run failed having changed nothing, `holder` left with the fault's
+    reason code and words. Returns (result, the holder's remaining entry, the identities)."""
+    identities = dict((pid, sc.identity(lab, node, pid)[0]) for pid in (holder,) + tuple(others))
+    do, undo = fault_script(fault, cli[0], cli[1], daemon)
+    try:
+        lab.exec(node, do)
+        result = lab.module(node, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=[gpu]))
+    finally:
+        lab.exec(node, undo)
+    code, said = FAULTS[fault]
+    entry = left_alone(result, holder)
+    assert entry["reason_code"] == code, entry
+    assert re.search(said, entry["reason"]), entry["reason"]
+    return result, entry, identities
+
+
 @pytest.fixture
 def supervisord(lab, runtimes_node):
     node, supervisor = runtimes_node, ts.SUPERVISORS["supervisord"]
@@ -71,17 +90,9 @@ runtimes_node = ts.runtimes_node
 def test_supervisorctl_missing_hanging_or_refusing_fails_in_bound_signalling_nothing(lab, supervisord, fault):
     node, supervisor, holder, bystander = supervisord
     _state, main_pid = ts.unit_main_pid(lab, node, supervisor.unit)
-    identities = dict((pid, sc.identity(lab, node, pid)[0]) for pid in (holder, bystander, main_pid))
-    do, undo = fault_script(fault, "/usr/bin/supervisorctl", "/run/supervisor.sock", main_pid)
-    try:
-        lab.exec(node, do)
-        result = lab.module(node, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["5"]))
-    finally:
-        lab.exec(node, undo)
-    code, said = FAULTS[fault]
-    entry = left_alone(result, holder)
-    assert entry["reason_code"] == code, entry
-    assert re.search(said, entry["reason"]), entry["reason"]
+    result, entry, identities = reclaim_under_fault(
+        lab, node, fault, ("/usr/bin/supervisorctl", "/run/supervisor.sock"), main_pid, "5", holder,
+        (bystander, main_pid))
     assert entry["owner"]["kind"] == "supervisor" and entry["owner"]["runtime"] == "supervisord"
     # The CLI, the command to run by hand, and where the program's name is found.
     assert "supervisorctl" in entry["reason"]
@@ -125,17 +136,8 @@ def container(lab, docker_systemd):
 def test_docker_cli_missing_hanging_or_refusing_fails_in_bound_signalling_nothing(lab, container, fault):
     node, cid, holder = container
     dockerd = int(lab.exec(node, "systemctl show -p MainPID --value docker.service").stdout)
-    identities = dict((pid, sc.identity(lab, node, pid)[0]) for pid in (holder, dockerd))
-    do, undo = fault_script(fault, "/usr/bin/docker", "/run/docker.sock", dockerd)
-    try:
-        lab.exec(node, do)
-        result = lab.module(node, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["2"]))
-    finally:
-        lab.exec(node, undo)
-    code, said = FAULTS[fault]
-    entry = left_alone(result, holder)
-    assert entry["reason_code"] == code, entry
-    assert re.search(said, entry["reason"]), entry["reason"]
+    result, entry, identities = reclaim_under_fault(
+        lab, node, fault, ("/usr/bin/docker", "/run/docker.sock"), dockerd, "2", holder, (dockerd,))
     assert entry["owner"]["kind"] == "container" and entry["owner"]["id"] == cid
     assert "docker" in entry["reason"]
     assert "`docker stop -t 10 -- %s`" % cid in result["msg"], result["msg"]

@@ -33,6 +33,17 @@ def test_every_part_has_its_own_gpu_and_out_of_scope_gpus_are_never_selected(tri
         assert {p["kind"] for p in spec["parts"]} <= set(sb.GUEST_PARTS)
 
 
+def test_guest_share_sets_how_many_trials_run_from_the_controller_and_keeps_shapes_replayable():
+    kinds = ALL + ["guest"]
+    assert not any(sb.shape(5, k, kinds, guest_share=0)["host"] for k in range(50))
+    only = [sb.shape(5, k, kinds, guest_share=1) for k in range(50)]
+    assert all(s["host"] for s in only)
+    assert all({p["kind"] for p in s["parts"]} <= set(sb.GUEST_PARTS) for s in only)
+    assert sb.shape(5, 7, kinds, guest_share=1) == only[7]
+    assert sb.replay(only[7], 1.0) == "bench/run soak --seed 5 --only 7 --guest-share 1"
+    assert sb.replay(only[7]) == "bench/run soak --seed 5 --only 7"
+
+
 def spec_of(*parts, gpus, host=False):
     return {"trial": 0, "seed": 1, "parts": list(parts), "args": {"gpus": [str(g) for g in gpus]},
             "host": host, "watch_s": 2.0}
@@ -128,3 +139,16 @@ def test_a_guest_unit_that_comes_back_must_be_named_and_a_signal_outside_the_nod
 
 def test_a_shape_the_lab_could_not_build_is_infra_only():
     assert sb.judge(spec_of(PLAIN, gpus=[2]), {"shape_error": "holder not ready"}) == {"infra": ["holder not ready"]}
+
+
+def test_an_lxc_guest_unit_that_comes_back_must_be_named_with_the_guest_of_the_node_it_ran_on():
+    unit = {"kind": "lxc", "gpu": 2, "mib": 300, "restart": "always", "ignore_term": False}
+    spec = spec_of(unit, gpus=[2])
+    held = [0] * sb.GPUS
+    held[2] = 300
+    msg = "GPU 2: run `lxc-attach -n gpuops-soak-lxc-node2 -- systemctl stop soak-0-0.service`"
+    named = {"free": False, "failed": True, "msg": msg, "actions": [sig(10)], "remaining": []}
+    facts = dict(facts_of([proc(10, "end", 0, False)], named, after=held), node="node2")
+    assert sb.judge(spec, facts) == {}
+    other = dict(facts, node="node1")
+    assert list(sb.judge(spec, other)) == ["wrong_reason"], "node1's guest is another guest"

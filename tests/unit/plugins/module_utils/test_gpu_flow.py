@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -809,3 +810,39 @@ def test_the_protected_units_and_containers_come_from_the_ancestors_cgroups():
     owners = [flow.gpu_owner.owner_from_cgroup(c) for c in cgroups]
     assert surveyor.protected_containers() == set(
         o['id'] for o in owners if o['kind'] == flow.gpu_owner.CONTAINER and o['id'])
+
+
+GUEST_UNIT = '0::/lxc.payload.gpuops-t-g1/system.slice/sglang.service'
+
+
+def guest_and_stuck(pids):
+    """GPU 0 held by PID 10, of a service of an LXC guest's own systemd, exiting on SIGKILL, and
+    PID 11, a host process that survives it; only those of `pids`."""
+    procs = [proc(10, name='exits-on-kill', fds=CTX, maps=CTX, cgroup=GUEST_UNIT),
+             proc(11, name='stuck', fds=CTX, maps=CTX, cgroup='0::/user.slice')]
+    procs = [p for p in procs if p.pid in pids]
+    return survey_of([gpu(0, used=1000 * len(procs), processes=[(p.pid, 1000) for p in procs])], procs)
+
+
+def test_a_survey_verified_with_a_guest_unit_pending_is_planned_once_in_its_pass(monkeypatch):
+    # The guest unit's holder was killed and the survey is not free: _verify plans its targets
+    # to decide whether to watch the guest; the pass reuses them rather than plan them again.
+    planned = []
+    targets = Ladder._targets
+
+    def counting(self, survey):
+        planned.append((sys._getframe(1).f_code.co_name, id(survey)))
+        return targets(self, survey)
+
+    monkeypatch.setattr(Ladder, '_targets', counting)
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(guest_and_stuck((10, 11)), guest_and_stuck((11,))), actor, passes=1).run()
+    verified = [survey for caller, survey in planned if caller == '_verify']
+    assert verified, 'the guest-pending path was taken'
+    assert [survey for caller, survey in planned if caller == '_climb' and survey in verified] == []
+    assert actor.calls[:3] == [('SIGTERM', 10), ('SIGTERM', 11), ('wait_gone', [10, 11], 5.0)]
+    assert result['free'] is False
+    assert [(h['pid'], h['reason_code']) for h in result['remaining']] == [(11, 'survived')]
+    assert result['actions'][-1]['result'] == ('not waited: nothing left that could free it (GPU 0: PID 11 (stuck) '
+                                               'is alive after SIGKILL (state sleeping))')
+    assert result['remaining'][0]['reason'] == 'survived the ladder'
