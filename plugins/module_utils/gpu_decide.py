@@ -211,8 +211,9 @@ def full_scan_reason(snapshot, selected, free_threshold_mib):
     It is enough when NVML charges every used MiB of each selected GPU, beyond what
     free_threshold_mib and the driver's own share of each context allow (uncharged_allowance_mib),
     to processes that live here (not gone, not zombies, not from another namespace) and hold the
-    device: then contexts are NVML's list and no other process can hold that memory. Otherwise a forked child with inherited mappings, or a process that
-    closed its fds, may hold it: every process must be read.
+    device: then contexts are NVML's list and no other process can hold that memory. Otherwise a
+    forked child with inherited mappings, or a process that closed its fds, may hold it: every
+    process must be read.
     """
     for gpu in snapshot.gpus:
         if gpu.index not in selected:

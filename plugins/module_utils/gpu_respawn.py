@@ -146,8 +146,8 @@ class Watch(object):
         ending = set(t['pid'] for t in targets)
         own_tree = self.reader.own_ancestors
         # Each ancestor read once per call, not once per target below it: 24 ranks under one
-        # launcher read it 24 times, 9 ms of the 66 before the first signal (bench/run reclaim
-        # --shape ranks, 2-core host).
+        # launcher read it 24 times (with gpu_flow.supervise_owners' the same: first signal at 34
+        # ms instead of 52, bench/run reclaim --shape ranks).
         links = {}
         for target in targets:
             parent = target.get('ppid')
