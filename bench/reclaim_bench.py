@@ -12,11 +12,22 @@ The wedge (8 stand-in GPUs, 81,920 MiB each):
   - a stray holder titled `[kworker/3:1]` holding 6,000 MiB on GPU 5;
   - innocents: `gpu-monitor` with only nvidiactl open, and an unrelated `python3`.
 
+With `--shape ranks` (issue 19 item 6, tests/gpu s12's shape): 24 ranks of 1,024 MiB on GPU 0,
+all ignoring SIGTERM, started by one launcher shell that waits for them (as torchrun or a server's
+parent does), on stand-in GPUs whose every context also uses 6 MiB that NVML charges to no process
+(`fakegpu setup --context-uncharged-mib`; a real H200 with 24 such ranks: 141 MiB, more than
+gpu_reclaim's default free_threshold_mib of 128). Methods ladder, force and blind (a SIGKILL of
+every rank at once from the driver, s12's floor). `--shape s12`: the same ranks, children of
+the driver, which runs the Ladder in a forked child, so their parent is an ancestor of the
+Ladder's process, as tests/gpu s12's runner is of the module (no supervisor chain, no respawn
+watch), and the Ladder gets `match: ['rank']`, as s12 passes its run id.
+
 Methods, alternated trial by trial:
   ladder   Ladder(Surveyor(dev_dir=ROOT/dev), term_timeout=5)      (gpu_reclaim defaults otherwise)
   manual   pkill -f run_inference; sleep 1; pkill -9 -f sglang; sleep 3; pkill -9 python3;
            sleep 2; fuser -k ROOT/dev/nvidia*; sleep 2                 (the seeds' sequence)
   force    Ladder(..., force=True)                                      (no grace: "all levers")
+  blind    os.kill(rank, SIGKILL) for every rank                        (--shape ranks/s12: the floor)
   ladder@REF, force@REF   with --before REF: the same, with plugins/ as of git commit REF
 
 Time to free is measured from outside the namespace by polling the stand-in NVML every 20 ms,
@@ -50,6 +61,10 @@ TP_MIB = 70000
 SIDE_MIB = 6000
 FREE_MIB = 128          # gpu_reclaim's default free_threshold_mib
 SETTLE_S = 3.0          # after a method returns: how long to wait for memory to come back
+RANKS, RANK_MIB = 24, 1024   # --shape ranks: tests/gpu s12's 24 x 1 GiB
+# Per live context, MiB that NVML charges to no process: a real H200 (driver 580) used 8 MiB more
+# than its process list for 1 context, 14 for 2, 49 for 8, 141 for 24 (tests/gpu reports).
+RANK_UNCHARGED_MIB = 6
 
 MANUAL = ("pkill -f run_inference; sleep 1; pkill -9 -f sglang; sleep 3; pkill -9 python3; "
           "sleep 2; fuser -k {dev}/nvidia* 2>/dev/null; sleep 2\n")
@@ -160,20 +175,107 @@ def build_wedge(root):
     return holders, innocents
 
 
-def run_ladder(root, term_timeout, force, collections):
+def build_ranks(root, shape):
+    """RANKS ranks on GPU 0, each ignoring SIGTERM; returns the ranks, and no innocents. `ranks`:
+    children of one launcher shell that waits for them (a live ancestor the Ladder watches for a
+    respawn until it exits after its ranks). `s12`: children of this driver, which runs the Ladder
+    in a child of its own (run_ladder), so the ranks' parent is an ancestor of the Ladder's
+    process, as the suite's runner is of the module in tests/gpu s12."""
+    hold = [sys.executable, bl.FAKEGPU, "hold", "--gpu", "0:%d" % RANK_MIB, "--ignore-term",
+            "--exec-name", "python3"]
+    errors = os.path.join(root, "ranks-stderr.txt")
+    with open(errors, "w") as stderr:
+        if shape == "s12":
+            for i in range(RANKS):
+                subprocess.Popen(hold + ["--ready-file", os.path.join(root, "ready-rank%d.json" % i), "--title",
+                                         "python3 rank %d" % i], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=stderr, env=dict(os.environ, FAKEGPU_ROOT=root))
+        else:
+            script = " ".join("%s --ready-file %s --title 'python3 rank %d' &" % (
+                " ".join(hold), os.path.join(root, "ready-rank%d.json" % i), i) for i in range(RANKS))
+            subprocess.Popen(["/bin/sh", "-c", script + " wait"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=stderr, env=dict(os.environ, FAKEGPU_ROOT=root))
+    ranks = []
+    deadline = time.monotonic() + 60
+    for i in range(RANKS):
+        ready = os.path.join(root, "ready-rank%d.json" % i)
+        while not os.path.exists(ready):
+            if time.monotonic() > deadline:
+                with open(errors) as handle:
+                    raise RuntimeError("rank %d not ready after 60 s: %s" % (i, handle.read()[-2000:]))
+            time.sleep(0.02)
+        with open(ready) as handle:
+            record = json.load(handle)
+        ranks.append({"name": "rank %d" % i, "pid": record["pid"], "start": record["start_time"]})
+    return ranks, []
+
+
+def in_child(fn):
+    """fn() in a forked child (its result through a pipe): the Ladder of --shape s12, whose
+    ancestors include the ranks' parent."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        code = 0
+        try:
+            os.write(write_end, json.dumps(fn()).encode())
+        except BaseException:  # noqa: B902 - say what failed, in the parent
+            import traceback
+            os.write(write_end, json.dumps({"error": traceback.format_exc()}).encode())
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    data = b""
+    while True:
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_end)
+    os.waitpid(child, 0)
+    detail = json.loads(data)
+    if "error" in detail:
+        raise RuntimeError(detail["error"])
+    return detail
+
+
+def run_blind(holders):
+    """s12's floor: SIGKILL every rank at once, no check of anything."""
+    for holder in holders:
+        os.kill(holder["pid"], signal.SIGKILL)
+    return {}
+
+
+def run_ladder(root, term_timeout, force, collections, profile=None, match=None):
     started = time.monotonic()
     flow, _unused = bl.import_collection(collections)
     imported = time.monotonic()
     surveyor = flow.Surveyor(dev_dir=os.path.join(root, "dev"), nvml_timeout=10)
     built = time.monotonic()
     ladder = flow.Ladder(surveyor, term_timeout=term_timeout, release_timeout=10, passes=3,
-                         force=force)
-    res = ladder.run()
+                         force=force, match=match)
+    if profile:
+        import cProfile
+        import io
+        import pstats
+        prof = cProfile.Profile()
+        res = prof.runcall(ladder.run)
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(45)
+        with open(profile, "a") as handle:
+            handle.write("=== %s, first signal at %s s\n%s\n" % (
+                "force" if force else "ladder", min([a["at_s"] for a in res["actions"]
+                                                     if a["step"] in ("sigterm", "sigkill")], default=None),
+                text.getvalue()))
+    else:
+        res = ladder.run()
     signals = [a["at_s"] for a in res["actions"] if a["step"] in ("sigterm", "sigkill")]
     return {"ladder_free": res["free"], "ladder_elapsed_s": res["elapsed_s"],
             "import_s": imported - started, "surveyor_s": built - imported,
-            # when the first signal's action was recorded, from the start of Ladder.run
+            # when the first and the last signal's action were recorded, from the start of Ladder.run
             "first_signal_s": min(signals) if signals else None,
+            "last_signal_s": max(signals) if signals else None,
             "steps": [(a["at_s"], a["step"], a.get("pid"), a.get("name"), a["result"])
                       for a in res["actions"]],
             "msg": res.get("msg")}
@@ -193,16 +295,22 @@ def run_manual(root):
 def driver(args):
     set_comm("bench-driver")
     root = args.root
-    holders, innocents = build_wedge(root)
+    holders, innocents = build_ranks(root, args.shape) if args.shape != "seeds" else build_wedge(root)
     before = nvml_used()
     start = time.monotonic()
     with open(os.path.join(root, "start.json"), "w") as f:
         json.dump({"t": start, "held_before": held(before)}, f)
     if args.inner == "manual":
         detail = run_manual(root)
+    elif args.inner == "blind":
+        detail = run_blind(holders)
     else:
-        detail = run_ladder(root, args.term_timeout, force=args.inner.startswith("force"),
-                            collections=args.collections)
+        def run():
+            return run_ladder(root, args.term_timeout, force=args.inner.startswith("force"),
+                              collections=args.collections, profile=args.profile,
+                              # s12 passes `match` (its run id, in every rank's title)
+                              match=["rank"] if args.shape == "s12" else None)
+        detail = in_child(run) if args.shape == "s12" else run()
     returned = time.monotonic()
     deadline = returned + SETTLE_S
     used = nvml_used()
@@ -257,18 +365,21 @@ class Poller(threading.Thread):
             time.sleep(0.02)
 
 
-def trial(method, root, reaper, term_timeout, collections, timeout=90):
+def trial(method, root, reaper, term_timeout, collections, shape, profile=None, timeout=90):
     for name in os.listdir(root):   # the last trial's ready/pid/result files (dirs are fakegpu's)
         if os.path.isfile(os.path.join(root, name)):
             os.unlink(os.path.join(root, name))
-    bl.fakegpu(root, "setup", "--gpus", str(GPUS), "--memory-mib", str(GPU_MIB))
+    bl.fakegpu(root, "setup", "--gpus", str(GPUS), "--memory-mib", str(GPU_MIB), "--context-uncharged-mib",
+               str(0 if shape == "seeds" else RANK_UNCHARGED_MIB))
     if held(nvml_used()):
         raise RuntimeError("GPUs not free before the trial: %s" % nvml_used())
     poller = Poller()
     poller.start()
     cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
            sys.executable, os.path.realpath(__file__), "--inner", method, "--root", root,
-           "--term-timeout", str(term_timeout), "--collections", collections]
+           "--term-timeout", str(term_timeout), "--collections", collections, "--shape", shape]
+    if profile:
+        cmd += ["--profile", profile]
     # Only the tree under test on the path: `ansible_collections` is a namespace package, so
     # a second tree would lend an old commit the modules it lacks.
     path = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and p != bl.COLLECTIONS]
@@ -329,21 +440,22 @@ def print_ladder_times(methods, summary, labels):
     if not ladders:
         return
     print()
-    print("%-38s %13s %13s %13s %13s %13s" % (
-        "Ladder: median (min)", "import ms", "Surveyor ms", "1st signal ms", "run ms", "free ms"))
+    print("%-38s %13s %13s %13s %13s %13s %13s" % (
+        "Ladder: median (min)", "import ms", "Surveyor ms", "1st signal ms", "last signal ms", "run ms",
+        "free ms"))
     for m in ladders:
         s = summary[m]
         cells = []
         for key, scale in (("import_s", 1e3), ("surveyor_s", 1e3), ("first_signal_s", 1e3),
-                           ("ladder_elapsed_s", 1e3)):
+                           ("last_signal_s", 1e3), ("ladder_elapsed_s", 1e3)):
             cells.append("%5.0f (%4.0f)" % (s[key + "_median"] * scale, s[key + "_min"] * scale)
                          if key + "_median" in s else "-")
         cells.append("%5.0f (%4.0f)" % (s["free_s_median"] * 1e3, s["free_s_min"] * 1e3)
                      if s["free_s_median"] is not None else "never")
-        print("%-38s %13s %13s %13s %13s %13s" % tuple([labels.get(m, m)] + cells))
+        print("%-38s %13s %13s %13s %13s %13s %13s" % tuple([labels.get(m, m)] + cells))
     print("import: importing gpu_flow (the collection's module_utils, compiled from source); "
           "Surveyor: building it (backend, access; pynvml is already imported by the driver); "
-          "1st signal: from the start of Ladder.run; run: Ladder.run's elapsed_s.")
+          "1st/last signal: from the start of Ladder.run; run: Ladder.run's elapsed_s.")
 
 
 def print_ratios(methods, summary, before):
@@ -368,7 +480,10 @@ def print_ratios(methods, summary, before):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--methods", default="ladder,manual,force")
+    parser.add_argument("--methods", help="default ladder,manual,force; with --shape ranks ladder,force,blind")
+    parser.add_argument("--shape", choices=("seeds", "ranks", "s12"), default="seeds")
+    parser.add_argument("--profile", nargs="?", const=True, default=None,
+                        help="cProfile every Ladder.run into results/reclaim-profile.txt (slower: not for the times)")
     parser.add_argument("--term-timeout", type=float, default=5.0)
     parser.add_argument("--before", metavar="REF",
                         help="also run ladder@REF and force@REF: the Ladder as of git commit REF")
@@ -384,13 +499,13 @@ def main():
     reaper = bl.Reaper()
     reaper.path(root)
     bl.import_collection()
-    methods = args.methods.split(",")
+    methods = (args.methods or ("ladder,manual,force" if args.shape == "seeds" else "ladder,force,blind")).split(",")
     trees = {m: bl.COLLECTIONS for m in methods}
     if args.before:
         old = tempfile.mkdtemp(prefix="reclaimbench-before-")
         reaper.path(old)
         bl.collection_at(args.before, old)
-        for m in [m for m in methods if m != "manual"]:
+        for m in [m for m in methods if m not in ("manual", "blind")]:
             trees[m + "@" + args.before] = old
             methods.insert(methods.index(m) + 1, m + "@" + args.before)
     t_all = time.monotonic()
@@ -398,7 +513,8 @@ def main():
     for rep in range(args.reps):
         order = methods[rep % len(methods):] + methods[:rep % len(methods)]
         for method in order:
-            res = trial(method, root, reaper, args.term_timeout, trees[method])
+            res = trial(method, root, reaper, args.term_timeout, trees[method], args.shape,
+                        profile=os.path.join(bl.RESULTS, "reclaim-profile.txt") if args.profile else None)
             results[method].append(res)
             bl.log("rep %d %-6s free at %s s, returned %.2f s, held after %s, innocents dead %s"
                    % (rep + 1, method, "%.2f" % res["free_s"] if res["free_s"] is not None
@@ -425,7 +541,7 @@ def main():
             "innocents_killed": sorted(set(n for r in rs for n in r["innocents_dead"])),
             "holders_left": sorted(set(n for r in rs for n in r["holders_alive"])),
         }
-        for key in ("import_s", "surveyor_s", "first_signal_s", "ladder_elapsed_s"):
+        for key in ("import_s", "surveyor_s", "first_signal_s", "last_signal_s", "ladder_elapsed_s"):
             values = [r["detail"].get(key) for r in rs if r["detail"].get(key) is not None]
             if values:
                 summary[m][key + "_median"] = med(values)
@@ -433,14 +549,20 @@ def main():
     base = summary.get("ladder", summary[methods[0]])["free_s_median"]
     labels = {"ladder": "Ladder (gpu_reclaim, term_timeout=%g)" % args.term_timeout,
               "manual": "seeds' manual sequence (pkill/fuser)",
-              "force": "Ladder force=True (no grace)"}
+              "force": "Ladder force=True (no grace)", "blind": "blind SIGKILL of every rank"}
     if args.before:
         labels["ladder@" + args.before] = "Ladder @%s" % args.before
         labels["force@" + args.before] = "Ladder force=True @%s" % args.before
     print()
-    print("Reclaim benchmark: 8 stand-in GPUs, TP-8 orphans + TERM-ignoring holder + [kworker/3:1] "
-          "stray; innocents gpu-monitor (nvidiactl only) and python3; %d reps, alternating"
-          % args.reps)
+    if args.shape != "seeds":
+        print("Reclaim benchmark, %s: %d x %d MiB on stand-in GPU 0, all ignoring SIGTERM, %s; %d MiB per "
+              "context charged to no process; %d reps, alternating"
+              % (args.shape, RANKS, RANK_MIB, "under one launcher shell" if args.shape == "ranks" else
+                 "children of an ancestor of the Ladder's process", RANK_UNCHARGED_MIB, args.reps))
+    else:
+        print("Reclaim benchmark: 8 stand-in GPUs, TP-8 orphans + TERM-ignoring holder + [kworker/3:1] "
+              "stray; innocents gpu-monitor (nvidiactl only) and python3; %d reps, alternating"
+              % args.reps)
     print("%-38s %8s %7s %8s %8s %7s %7s %5s %s" % (
         "method", "free s", "min s", "x ladder", "return s", "GPU*s", "free", "GPUs",
         "innocents killed"))

@@ -813,41 +813,54 @@ def _pm2_home(base, uid):
     return home, info.st_uid == uid and text == base.rsplit('/', 1)[1]
 
 
-def supervisor_chain(pid, proc='/proc', depth=None):
+def supervisor_chain(pid, proc='/proc', depth=None, links=None):
     """gpu_supervisor.Links of `pid` and its ancestors, nearest first, at most
     gpu_supervisor.MAX_DEPTH above it, ending at PID 1 or a process that cannot be read. argv
     is read for root processes only; pm2's pid file only for a `node`. The walk ends at the first
-    ancestor in another cgroup than `pid`'s (a supervisor's programs share its unit's)."""
+    ancestor in another cgroup than `pid`'s (a supervisor's programs share its unit's). `links`
+    (a dict the caller keeps for one survey) keeps each process's Link, so holders that share
+    ancestors read each once."""
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor
     depth = gpu_supervisor.MAX_DEPTH if depth is None else depth
+    links = {} if links is None else links
     chain = []
     while pid and pid > 1 and len(chain) <= depth:
-        base = '%s/%d' % (proc, pid)
-        try:
-            info = describe_process(pid, proc)
-            exe = os.readlink(base + '/exe')
-        except (ProcError, OSError):
+        if pid not in links:
+            links[pid] = _supervisor_link(pid, proc, gpu_supervisor.Link)
+        if links[pid] is None:
             break
-        argv = cwd = home = None
-        cwd_root = pm2 = False
-        if info.uids and all(uid == 0 for uid in info.uids):
-            try:
-                argv = [a.decode('utf-8', 'replace') for a in _read(base + '/cmdline').split(b'\0')[:-1]]
-            except OSError:
-                argv = None
-        try:
-            cwd = os.readlink(base + '/cwd')
-            cwd_root = _safe_dir(cwd) and _safe_dir(os.path.join(cwd, 'supervise'))
-        except OSError:
-            cwd = None
-        if os.path.basename(exe) in ('node', 'nodejs') and info.uid is not None:
-            home, pm2 = _pm2_home(base, info.uid)
-        chain.append(gpu_supervisor.Link(pid, info.start_time, info.ppid, exe, info.exe_uid, info.uids,
-                                         info.cgroup, argv, cwd, cwd_root, pm2, home))
-        pid = info.ppid
+        chain.append(links[pid])
+        pid = links[pid].ppid
         if chain[-1].cgroup != chain[0].cgroup:
             break
     return chain
+
+
+def _supervisor_link(pid, proc, link_type):
+    """One process as supervisor_chain needs it (a gpu_supervisor.Link), or None when it cannot
+    be read."""
+    base = '%s/%d' % (proc, pid)
+    try:
+        info = describe_process(pid, proc)
+        exe = os.readlink(base + '/exe')
+    except (ProcError, OSError):
+        return None
+    argv = cwd = home = None
+    cwd_root = pm2 = False
+    if info.uids and all(uid == 0 for uid in info.uids):
+        try:
+            argv = [a.decode('utf-8', 'replace') for a in _read(base + '/cmdline').split(b'\0')[:-1]]
+        except OSError:
+            argv = None
+    try:
+        cwd = os.readlink(base + '/cwd')
+        cwd_root = _safe_dir(cwd) and _safe_dir(os.path.join(cwd, 'supervise'))
+    except OSError:
+        cwd = None
+    if os.path.basename(exe) in ('node', 'nodejs') and info.uid is not None:
+        home, pm2 = _pm2_home(base, info.uid)
+    return link_type(pid, info.start_time, info.ppid, exe, info.exe_uid, info.uids, info.cgroup, argv, cwd,
+                     cwd_root, pm2, home)
 
 
 def supervisor_status(argv, timeout, uid=None, home=None):

@@ -12,7 +12,9 @@ evaluate every pattern on every process they see before the ladder acts, so a ba
 fails the module before anything is signalled.
 
 One fork per survey (`prime`) keeps the cost at a few milliseconds; results are cached by
-(pattern, text), so the ladder's later searches are dictionary look-ups.
+(pattern, text), so the ladder's later searches are dictionary look-ups. A pattern without any
+metacharacter (a server's name: `sglang`, a run's id) is a substring test, whose time grows with
+the text alone: it is answered in this process, and a survey with only such patterns forks nothing.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -29,6 +31,11 @@ import time
 # microseconds; this only has to separate "slow" from "never returns", in well under 5 s.
 PATTERN_TIMEOUT_S = 2.0
 _SHOWN_CHARS = 60
+# What makes a pattern more than a literal string. Without any of them, re searches for the string
+# itself (no repetition, no alternation: nothing to backtrack over), which `in` does in time linear
+# in the text. The fork such a pattern cost every survey took gpu_reclaim's first signal on 24
+# ranks matched by a run id from 22 ms to 26 (bench/run reclaim --shape s12, 8 reps, medians).
+_METACHARACTERS = frozenset('.^$*+?{}[]\\|()')
 
 
 class PatternError(ValueError):
@@ -53,6 +60,8 @@ class BoundedPattern(object):
         self._position = position
         self.pattern = compiled.pattern
         self.compiled = compiled
+        # The string itself when the pattern is one (searched in this process, unbounded: linear).
+        self.literal = compiled.pattern if not _METACHARACTERS.intersection(compiled.pattern) else None
 
     def search(self, text):
         """True when the pattern matches somewhere in `text` (evaluated with the bound)."""
@@ -95,7 +104,11 @@ class PatternSet(object):
                 continue
             for pattern in self._patterns:
                 key = (pattern._position, text)
-                if key not in self._results and key not in seen:
+                if key in self._results or key in seen:
+                    continue
+                if pattern.literal is not None:
+                    self._results[key] = pattern.literal in text
+                else:
                     seen.add(key)
                     pairs.append(key)
         if pairs:
@@ -104,7 +117,11 @@ class PatternSet(object):
     def result(self, position, text):
         key = (position, text)
         if key not in self._results:
-            self._evaluate([key])
+            literal = self._patterns[position].literal
+            if literal is not None:
+                self._results[key] = literal in text
+            else:
+                self._evaluate([key])
         return self._results[key]
 
     def _evaluate(self, pairs):

@@ -54,7 +54,8 @@ options:
       - Read every process's file descriptors and mappings, to report handle holders
         (RV(gpus[].handles)), RV(clients) and peers as well as contexts.
       - With V(false), when NVML charges every used MiB of the selected GPUs (beyond
-        O(free_threshold_mib)) to live processes here that have the device open, only those
+        O(free_threshold_mib), and the up to 8 MiB the driver itself uses for each listed context
+        after the first) to live processes here that have the device open, only those
         processes are read, which costs a fraction of a scan of every process on a busy host;
         RV(clients), handle holders and peers are then not looked for. Every process is still
         read when memory is unexplained (a forked child holding an inherited context, a process

@@ -51,8 +51,9 @@ description:
   - 6. with O(allow_reset), resets a GPU that is still held with no process left on it
     (persistence mode off for the reset and restored), and verifies again.
   - It signals context holders only, so it reads only the processes NVML lists when NVML
-    charges every used MiB of the selected GPUs (beyond O(free_threshold_mib)) to live processes
-    here, as M(gpuops.reclaim.gpu_holders) does with O(gpuops.reclaim.gpu_holders#module:handles=false);
+    charges every used MiB of the selected GPUs (beyond O(free_threshold_mib), and the up to 8 MiB
+    the driver itself uses for each listed context after the first) to live processes here, as
+    M(gpuops.reclaim.gpu_holders) does with O(gpuops.reclaim.gpu_holders#module:handles=false);
     every process is read whenever memory is unexplained (also in each rescan, so a forked child
     holding a dead parent's context is found), with O(peers), and before a reset. Handle holders
     (C(handles) in RV(before) and RV(after), handle-kind entries in RV(holders)) are then only

@@ -20,6 +20,8 @@ def build_parser():
     s.add_argument("--name", default="NVIDIA H200")
     s.add_argument("--minors", help="minor number per index, e.g. 3,0,1,2 (default 0..N-1)")
     s.add_argument("--release-lag-ms", type=int, default=0)
+    # MiB used per live context that NVML charges to no process (a real H200: 6-8; README)
+    s.add_argument("--context-uncharged-mib", type=int, default=0)
     s.set_defaults(func=setup_cmd.run)
 
     h = sub.add_parser("hold", help="hold GPU memory until killed")

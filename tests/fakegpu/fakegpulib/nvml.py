@@ -111,15 +111,21 @@ class Nvml:
         }
 
     def processes(self, h):
-        count = ctypes.c_uint(0)
-        rc = self._call("nvmlDeviceGetComputeRunningProcesses_v3", h, ctypes.byref(count),
-                        None, ok=(0, NVML_ERROR_INSUFFICIENT_SIZE))
-        if rc == 0:
-            return []
-        count.value = count.value * 2 + 5
-        rows = (_Proc * count.value)()
-        self._call("nvmlDeviceGetComputeRunningProcesses_v3", h, ctypes.byref(count), rows)
-        return [{"pid": r.pid, "used_mib": r.usedGpuMemory // MIB} for r in rows[:count.value]]
+        # Asked again while contexts appear faster than the list grows between the two calls
+        # (24 holders starting at once: bench/run reclaim --shape ranks), as NVML's callers must.
+        for _attempt in range(16):
+            count = ctypes.c_uint(0)
+            rc = self._call("nvmlDeviceGetComputeRunningProcesses_v3", h, ctypes.byref(count),
+                            None, ok=(0, NVML_ERROR_INSUFFICIENT_SIZE))
+            if rc == 0:
+                return []
+            count.value = count.value * 2 + 5
+            rows = (_Proc * count.value)()
+            rc = self._call("nvmlDeviceGetComputeRunningProcesses_v3", h, ctypes.byref(count), rows,
+                            ok=(0, NVML_ERROR_INSUFFICIENT_SIZE))
+            if rc == 0:
+                return [{"pid": r.pid, "used_mib": r.usedGpuMemory // MIB} for r in rows[:count.value]]
+        raise NvmlError("nvmlDeviceGetComputeRunningProcesses_v3", rc, self.lib.nvmlErrorString(rc).decode())
 
     def set_persistence(self, index, mode):
         self._call("nvmlDeviceSetPersistenceMode", self.handle(index), ctypes.c_int(mode))

@@ -32,6 +32,8 @@ def validate(args):
                          % (args.reserved_mib, args.memory_mib - 1))
     if not args.name or len(args.name) > 95 or not re.fullmatch(r"[ -~]+", args.name):
         raise UsageError("--name %r: must be 1..95 printable ASCII characters" % args.name)
+    if not 0 <= args.context_uncharged_mib <= 1024:
+        raise UsageError("--context-uncharged-mib %r: must be in 0..1024" % args.context_uncharged_mib)
     if args.release_lag_ms < 0:
         raise UsageError("--release-lag-ms %r: must be >= 0" % args.release_lag_ms)
     return parse_minors(args.minors, args.gpus)
@@ -52,6 +54,7 @@ def build_config(args, minors, old):
             "memory_total_mib": args.memory_mib,
             "reserved_mib": args.reserved_mib,
             "leaked_mib": int(prev.get("leaked_mib", 0)),
+            "context_uncharged_mib": args.context_uncharged_mib,
         })
     return {
         "version": 1,

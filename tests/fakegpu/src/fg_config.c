@@ -91,6 +91,7 @@ static int load_gpu(const struct fg_json *g, struct fg_gpu *out)
     out->memory_total_mib = (unsigned long long)num_or(g, "memory_total_mib", 97887);
     out->reserved_mib = (unsigned long long)num_or(g, "reserved_mib", 615);
     out->leaked_mib = (unsigned long long)num_or(g, "leaked_mib", 0);
+    out->context_uncharged_mib = (unsigned long long)num_or(g, "context_uncharged_mib", 0);
     return 0;
 }
 

@@ -18,6 +18,7 @@ struct fg_gpu {
     unsigned long long memory_total_mib;
     unsigned long long reserved_mib;
     unsigned long long leaked_mib;
+    unsigned long long context_uncharged_mib;   /* used per live context, listed for nobody */
 };
 
 struct fg_config {

@@ -114,6 +114,26 @@ def test_leak_is_used_memory_with_no_process(root):
     assert gpu(root.nvml(), 1)["used_mib"] == 0
 
 
+def test_each_context_uses_memory_charged_to_nobody_as_an_h200_does(tmp_path):
+    # A real H200 uses a few MiB per context that NVML lists for no process (141 MiB for 24 ranks).
+    r = FakeGpuRoot(tmp_path / "uncharged")
+    r.setup("--gpus", "2", "--context-uncharged-mib", "6")
+    try:
+        a = r.hold("--gpu", "0:100")
+        b = r.hold("--gpu", "0:200")
+        p = r.hold("--gpu", "1:50", "--peer", "0:30")   # peer memory is no context: nothing more
+        g0, g1 = gpu(r.nvml(), 0), gpu(r.nvml(), 1)
+        assert sorted(g0["procs"]) == sorted([[a.pid, 100], [b.pid, 200]])
+        assert g0["used_mib"] == 100 + 200 + 30 + 2 * 6
+        assert g1["procs"] == [[p.pid, 50]] and g1["used_mib"] == 50 + 6
+        for h in (a, b, p):
+            h.kill()
+        gpus = r.wait_for(lambda gs: gpu(gs, 0)["used_mib"] == 0 and gpu(gs, 1)["used_mib"] == 0)
+        assert gpu(gpus, 0)["used_mib"] == 0
+    finally:
+        r.cleanup()
+
+
 def test_minor_permutation(tmp_path):
     r = FakeGpuRoot(tmp_path / "perm")
     r.setup("--gpus", "3", "--minors", "2,0,1")

@@ -44,6 +44,8 @@ BAD = [
     (["leak", "--gpu", "0", "--mib", "-1"], "--mib -1:"),
     (["leak", "--gpu", "0", "--mib", "99999999"], "--mib 99999999:"),
     (["leak", "--gpu", "0"], "--mib"),
+    (["setup", "--context-uncharged-mib", "-1"], "--context-uncharged-mib -1:"),
+    (["setup", "--context-uncharged-mib", "2048"], "--context-uncharged-mib 2048:"),
     (["lag", "--ms", "-7"], "--ms -7:"),
     (["lag", "--ms", "soon"], "'soon'"),
     (["hang", "--calls", "nvmlFoo,rm -rf"], "'rm -rf'"),

@@ -508,6 +508,34 @@ def test_every_process_is_read_when_the_listed_ones_do_not_explain_the_memory(gp
     assert why in decide.full_scan_reason(snap(gpus, procs), [0], 128)
 
 
+def _ranks(count, uncharged):
+    """`count` ranks of 1,634 MiB on GPU 0, as NVML lists them, with `uncharged` MiB more used."""
+    listed = [(100 + i, 1634) for i in range(count)]
+    return snap([gpu(0, used=1634 * count + uncharged, processes=listed)],
+                [proc(pid, fds=CTX, maps=CTX) for pid, _mib in listed])
+
+
+def test_the_drivers_own_share_of_each_context_is_no_reason_to_read_every_process():
+    # Measured on one H200 (tests/gpu s12): 24 ranks, 141 MiB used beyond the process list; 8 ranks, 49.
+    for count, uncharged in ((24, 141), (8, 49), (2, 14), (1, 8)):
+        snapshot = _ranks(count, uncharged)
+        assert decide.full_scan_reason(snapshot, [0], 128) is None, count
+        assert decide.uncharged_gpus(snapshot.gpus, [0], 128) == [], count
+
+
+def test_memory_beyond_the_contexts_share_still_makes_every_process_read():
+    # 24 contexts may leave 128 + 23 * 8 = 312 MiB charged to nobody; one MiB more is a holder NVML
+    # does not list (a forked child's inherited mappings, a process in another namespace).
+    snapshot = _ranks(24, 313)
+    assert decide.full_scan_reason(snapshot, [0], 128) == 'GPU 0: %d MiB used, %d MiB charged to processes' % (
+        1634 * 24 + 313, 1634 * 24)
+    assert decide.uncharged_gpus(snapshot.gpus, [0], 128) == [0]
+    assert decide.full_scan_reason(_ranks(24, 312), [0], 128) is None
+    # one context: the threshold alone, as before
+    assert decide.full_scan_reason(_ranks(1, 129), [0], 128) is not None
+    assert decide.uncharged_gpus(_ranks(1, 129).gpus, [0], 128) == [0]
+
+
 def test_sentences_escape_names_users_chose():
     # A user titles her process with a newline and an escape sequence: no sentence or failure
     # message carries them raw (gpu_text.escape_text).

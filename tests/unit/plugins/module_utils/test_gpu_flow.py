@@ -9,6 +9,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -707,6 +708,53 @@ def test_memory_charged_to_no_process_is_read_in_one_deep_pass(tmp_path, monkeyp
     assert scans == ([False] if charged else [True])
     found = [h for h in survey.holders if h['pid'] == pid]
     assert found and found[0]['evidence'] == (['fd', 'mmap', 'nvml'] if charged else ['fd', 'mmap'])
+
+
+@pytest.mark.parametrize('uncharged, scans_expected', [
+    # three contexts: the threshold and the driver's own 8 MiB of each beyond the first
+    (128 + 2 * 8, [(False, True)]),
+    # one MiB more: a process NVML does not list may hold it, so every fd and maps is read
+    (128 + 2 * 8 + 1, [(False, True), (True, False)]),
+])
+def test_the_drivers_share_of_each_context_keeps_gpu_reclaims_survey_to_nvmls_list(
+        tmp_path, monkeypatch, uncharged, scans_expected):
+    """Ranks on one GPU: NVML charges each its memory, and the driver uses a few MiB per context
+    that it charges to nobody (a real H200: 141 MiB for 24 ranks). gpu_reclaim's survey reads the
+    listed processes only, as for one rank; beyond that share, it reads every process."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+    node = tmp_path / 'nvidia0'
+    node.write_bytes(b'\0' * 4096)
+    shell = subprocess.Popen(['sh', '-c', 'for i in 1 2 3; do python3 -c "$0" "$1" & echo $!; done; wait',
+                              _MAP_AND_WAIT, str(node)], stdout=subprocess.PIPE)
+    # Three PIDs and three 'ready's, in any order; two children's words may share a line.
+    words = []
+    while len(words) < 6:
+        line = shell.stdout.readline()
+        if not line:
+            break
+        words += re.findall(rb'[0-9]+|ready', line)
+    pids = [int(word) for word in words if word != b'ready']
+    try:
+        assert len(pids) == 3 and words.count(b'ready') == 3, words
+        backend = _ScriptedGpus(str(tmp_path), [gpu(0, used=3 * 1000 + uncharged,
+                                                    processes=[(pid, 1000) for pid in pids])])
+        backend.gpus[0].nodes = (str(node),)
+        scans = []
+        real_scan = observe.scan_processes
+
+        def counted(node_paths, **kwargs):
+            scans.append((kwargs.get('deep', False), kwargs.get('only_extra', False)))
+            return real_scan(node_paths, **kwargs)
+
+        monkeypatch.setattr(observe, 'scan_processes', counted)
+        survey = flow.Surveyor(backend=backend).survey(full=False)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        shell.wait()
+    assert scans == scans_expected
+    assert sorted(h['pid'] for h in survey.holders if h['context_gpus'] == [0]) == sorted(pids)
 
 
 ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service'

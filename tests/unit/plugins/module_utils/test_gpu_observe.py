@@ -272,3 +272,22 @@ def test_tcp_listeners_reads_listen_sockets_by_port_and_address(tmp_path):
     assert observe.tcp_listeners(30000, '10.0.0.9', proc) == {'socket:[444]'}     # only the v6 wildcard
     assert observe.tcp_listeners(8000, '10.0.0.5', proc) == {'socket:[333]'}
     assert observe.tcp_listeners(8000, '10.0.0.6', proc) == set()
+
+
+def test_supervisor_chains_of_siblings_read_their_parent_once(monkeypatch):
+    # Holders under one parent (ranks of a launcher): with the survey's `links`, each process is
+    # read once, and every chain is what it is without them.
+    children = [subprocess.Popen(['sleep', '30']) for _unused in range(3)]
+    try:
+        alone = [observe.supervisor_chain(c.pid) for c in children]
+        reads = []
+        real = observe._supervisor_link   # pylint: disable=protected-access
+        monkeypatch.setattr(observe, '_supervisor_link', lambda pid, proc, kind: reads.append(pid) or real(pid, proc, kind))
+        links = {}
+        shared = [observe.supervisor_chain(c.pid, links=links) for c in children]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    assert shared == alone and all(chain[1].pid == os.getpid() for chain in shared)
+    assert sorted(reads) == sorted(set(reads)) and reads.count(os.getpid()) == 1, reads

@@ -4,6 +4,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import os
+import re
 
 import pytest
 
@@ -64,3 +65,31 @@ def test_many_quick_searches_never_add_up_to_a_timeout():
     texts = ['process-%d with a long command line %s' % (i, 'z' * 2000) for i in range(200)]
     quick.prime(texts)      # 4000 searches, each far below the bound
     assert not any(p.search(t) for p in quick for t in texts[:5])
+
+
+def test_literal_patterns_answer_like_re_without_forking(monkeypatch):
+    # A pattern without metacharacters (a server's name, a run id) is a substring test: answered
+    # here, linear in the text, so a survey with only such patterns forks no evaluator.
+    texts = ['gpurt-d8f6e1af s12r24-0-3', 'python3 -m sglang.launch_server', 'vllm serve', 'Sglang', '']
+    values = ['gpurt-d8f6e1af', 'sglang', 'keep me', 'vllm serve']
+    expected = dict(((value, text), re.search(value, text) is not None) for value in values for text in texts)
+
+    def no_fork():
+        raise AssertionError('a literal pattern forked an evaluator')
+    monkeypatch.setattr(os, 'fork', no_fork)
+    literal = patterns.PatternSet(values, 'match')
+    literal.prime(texts)
+    assert dict(((p.pattern, t), p.search(t)) for p in literal for t in texts) == expected
+    # not primed: the same, still without a fork
+    assert [p.search('sglang::scheduler_TP0') for p in literal] == [False, True, False, False]
+
+
+def test_a_pattern_with_any_metacharacter_is_still_searched_in_the_bounded_child(monkeypatch):
+    forks = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, 'fork', lambda: forks.append(1) or real_fork())
+    mixed = patterns.PatternSet(['sglang', 'TP[0-9]$'], 'match')
+    mixed.prime(['sglang::scheduler_TP0', 'vllm'])
+    assert len(forks) == 1
+    assert [p.search('sglang::scheduler_TP0') for p in mixed] == [True, True]
+    assert [p.search('vllm') for p in mixed] == [False, False]

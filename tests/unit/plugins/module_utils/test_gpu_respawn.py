@@ -94,6 +94,23 @@ def test_every_live_ancestor_below_the_first_boundary_is_watched_but_not_the_end
     assert sorted(w.entries[60].below) == [10, 40, 50]
 
 
+def test_ranks_under_one_launcher_read_each_ancestor_once():
+    # 24 ranks of one launcher (a bash under sshd): the launcher and the bash are each read once
+    # for all of them, and watched as they were when read per rank.
+    rows = {70: [1, 70, program('sshd'), True], 60: [70, 60, program('bash'), False],
+            40: [60, 40, program('launcher'), False]}
+    rows.update((100 + i, [40, 100 + i, program('python3'), False]) for i in range(24))
+    table = Table(rows)
+    linked = []
+    real_link = table.link
+    table.link = lambda pid: linked.append(pid) or real_link(pid)
+    w = watch(table, *range(100, 124))
+    assert sorted(linked) == [40, 60, 70], linked
+    assert w.watched() == [40, 60]
+    assert sorted(w.entries[40].ended) == list(range(100, 124)) and w.entries[40].depth == 1
+    assert w.entries[60].depth == 2
+
+
 def test_a_guests_init_that_is_no_systemd_is_watched_and_nothing_above_it():
     """A loop as a guest's init (seen from the host, its PID is no 1): watched, and the walk ends
     there, so the guest's monitor above it is not."""
