@@ -7,6 +7,7 @@ that holds a GPU context is this run's own (on the device machine, every one is)
 import os
 import shlex
 import shutil
+import select
 import signal
 import subprocess
 import time
@@ -678,15 +679,33 @@ def _start_ranks(ctx, count, mib, label):
 
 
 def _blind_kill_to_free(ctx, pids, timeout=30):
-    """SIGKILL every PID at once; seconds until GPU 0 reads back at its baseline (one NVML
-    session opened before the kill, polled every 2 ms), or None."""
+    """SIGKILL every PID at once; (seconds until GPU 0 reads back at its baseline, seconds until
+    every PID's whole thread group has ended, as its pidfd tells it and as gpu_reclaim's ladder
+    reads it), either None when it did not within timeout. One NVML session opened before the
+    kill, both polled every 2 ms. (/proc/PID/stat's 'Z' is no such mark: the leader thread is a
+    zombie while the thread that closes the device still runs, 3 ms after the kill in run12.)"""
     limit = ctx.suite.baseline.get(0, 0) + 64
-    with Nvml() as nv:
-        t0 = time.perf_counter()
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        ok, _waited = wait_for(lambda: nv.used_bytes(0) // MIB <= limit, timeout, 0.002)
-        return round(time.perf_counter() - t0, 3) if ok else None
+    fds = [os.pidfd_open(pid) for pid in pids]
+    try:
+        with Nvml() as nv:
+            t0 = time.perf_counter()
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            marks = {}
+
+            def done():
+                now = round(time.perf_counter() - t0, 3)
+                if 'free' not in marks and nv.used_bytes(0) // MIB <= limit:
+                    marks['free'] = now
+                if 'exited' not in marks and all(select.select([fd], [], [], 0)[0] for fd in fds):
+                    marks['exited'] = now
+                return len(marks) == 2
+
+            wait_for(done, timeout, 0.002)
+            return marks.get('free'), marks.get('exited')
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 # Blind and gpu_reclaim alternate (blind first, then gpu_reclaim first), each on fresh ranks: the
@@ -812,11 +831,11 @@ def _check_mode_profile(ctx, key, count, flow):
 
 def _blind_once(ctx, count, mib, key, rep):
     pids = _start_ranks(ctx, count, mib, 's12b%d-%d' % (count, rep))
-    blind = _blind_kill_to_free(ctx, pids)
+    blind, exited = _blind_kill_to_free(ctx, pids)
     ctx.check('%s: a blind SIGKILL of all frees GPU 0 (rep %d)' % (key, rep), blind is not None)
     gone, _unused = wait_for(lambda: not [p for p in pids if alive(p)], 10)
     ctx.check('%s: every blind-killed rank is gone (rep %d)' % (key, rep), gone)
-    return blind
+    return blind, exited
 
 
 def _reclaim_once(ctx, count, mib, key, rep):
@@ -874,7 +893,10 @@ def s12_many_ranks(ctx):
         elapsed = [r[0] for r in runs]
         firsts = [r[1] for r in runs]
         gones = [r[2] for r in runs]
+        exits = [b[1] for b in blinds]
+        blinds = [b[0] for b in blinds]
         ctx.num('blind_sigkill_to_free_s_%s_reps' % key, blinds)
+        ctx.num('blind_sigkill_to_exited_s_%s_reps' % key, exits)
         ctx.num('reclaim_elapsed_s_%s_reps' % key, elapsed)
         ctx.num('reclaim_first_signal_at_s_%s_reps' % key, firsts)
         ctx.num('reclaim_holders_gone_at_s_%s_reps' % key, gones)
@@ -888,6 +910,14 @@ def s12_many_ranks(ctx):
         kill_to_gone = [g - f for f, g in zip(firsts, gones) if f is not None and g is not None]
         if blind and kill_to_gone:
             ctx.num('reclaim_kill_to_gone_vs_blind_floor_%s' % key, round(_mean(kill_to_gone) / blind, 3))
+        # A SIGKILLed rank's process ends 20-50 ms after NVML reads its memory back (run13: its
+        # close of the device goes on after the memory is released), and gpu_reclaim reports free
+        # only once its holders have ended: the blind kill's own end is the like-for-like floor
+        # for its kill-to-gone, recorded beside the NVML one.
+        exited = _mean(exits)
+        ctx.num('blind_sigkill_to_exited_s_%s' % key, exited)
+        if exited and kill_to_gone:
+            ctx.num('reclaim_kill_to_gone_vs_blind_exited_%s' % key, round(_mean(kill_to_gone) / exited, 3))
 
 
 # --- 13, 14 ----------------------------------------------------------------------------------------------
