@@ -846,3 +846,20 @@ def test_a_survey_verified_with_a_guest_unit_pending_is_planned_once_in_its_pass
     assert result['actions'][-1]['result'] == ('not waited: nothing left that could free it (GPU 0: PID 11 (stuck) '
                                                'is alive after SIGKILL (state sleeping))')
     assert result['remaining'][0]['reason'] == 'survived the ladder'
+
+
+def guest_back_without_memory():
+    """The guest's systemd started sglang.service again: its new process, PID 20, has the device
+    open and no context yet (a real server loads its weights first; the soak's guest trials saw
+    it so 0.2 s after the kill), so NVML lists nothing and the memory reads free."""
+    return survey_of([gpu(0, used=0)], [proc(20, name='exits-on-kill', fds=CTX, cgroup=GUEST_UNIT)])
+
+
+def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named():
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(guest_and_stuck((10,)), free(), guest_back_without_memory()), actor).run()
+    assert [c for c in actor.calls if c[0].startswith('SIG')] == [('SIGTERM', 10), ('SIGKILL', 10)]
+    watch = [a for a in result['actions'] if a['step'] == 'watch_respawn']
+    assert watch and watch[0]['result'].startswith('came back after') and 'PID 20' in watch[0]['result']
+    assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
+    assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']
