@@ -904,11 +904,11 @@ class Ladder(object):
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say), and a traced stopped one cannot act on it:
             # waiting out the grace for them frees nothing.
-            futile = [h for h in targets if decide.sigterm_futile_code(h)]
-            for holder, action in terms:
-                if holder in futile and action.changed and not self.actor.recording:
-                    action.result = 'sent; %s: SIGKILL at once' % say.sigterm_futile(
-                        holder, decide.sigterm_futile_code(holder))
+            codes = [decide.sigterm_futile_code(h) for h in targets]
+            futile = [h for h, code in zip(targets, codes) if code]
+            for (holder, action), code in zip(terms, codes):
+                if code and action.changed and not self.actor.recording:
+                    action.result = 'sent; %s: SIGKILL at once' % say.sigterm_futile(holder, code)
             killed = [self._kill(h) for h in futile]
             listening = [(h, a) for h, a in terms if h not in futile]
             self._wait_outcomes(listening, self.term_timeout, 'SIGTERM')
