@@ -69,6 +69,9 @@ LEFT = 'left'                              # left by the ladder (its `reason` sa
 # Why SIGTERM cannot end a holder, so SIGKILL follows at once (gpu_decide.sigterm_futile_code).
 SIGTERM_IGNORED = 'sigterm_ignored'        # its SigIgn mask holds SIGTERM
 TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on SIGKILL alone
+# How a signalled holder let go (gpu_flow's wait after a signal; gpu_say.signal_outcome).
+EXITED = 'exited'                          # its process ended
+RELEASED = 'released'                      # SIGKILLed: its context is released, its exit goes on
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it
