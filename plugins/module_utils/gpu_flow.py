@@ -27,7 +27,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 
@@ -203,13 +202,13 @@ class Surveyor(object):
 
     def survey(self, deep=False, full=True):
         """Observe and classify. With `full` false, only the processes NVML lists are read when
-        that explains every used MiB of the selected GPUs (gpu_decide.full_scan_reason); every
+        that explains every used MiB of the selected GPUs (gpu_decide.full_scan_code); every
         process is read otherwise. Handles, clients and peers need `full`."""
         snapshot = observe.take_snapshot(self.backend, self.nvml_timeout, proc=self.proc, deep=deep,
                                          listed_only=not full, deep_when=self._uncharged)
         if snapshot.scan == 'listed':
             selected = decide.resolve_gpus(self.requested, snapshot.gpus, self.exclude)
-            if decide.full_scan_reason(snapshot, selected, self.free_threshold_mib):
+            if decide.full_scan_code(snapshot, selected, self.free_threshold_mib):
                 return self.survey(deep=deep, full=True)
         texts = set()
         for proc in snapshot.procs.values():
@@ -248,8 +247,9 @@ class Surveyor(object):
     def _survey(self, snapshot, selected, holders, clients, unconfirmed, spared):
         spared_pids = frozenset(h['pid'] for h in spared)
         rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
-        diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows, spared_pids,
-                                    self.access.sentence())
+        blind_sentence = self.access.sentence()
+        diagnosis = say.diagnosis(decide.findings(snapshot, holders, unconfirmed, rows, spared_pids,
+                                                  bool(blind_sentence)), blind_sentence)
         return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis, spared)
 
     def without(self, survey, ended):
@@ -826,7 +826,7 @@ class Ladder(object):
             self.watch.respawners.append(dict(parent, reason=why, respawned=what))
             result = '%s; not signalled: %s' % (what, why)
         else:
-            result = '%s; the %s becomes the target' % (what, respawn.kinship(entry.depth))
+            result = '%s; the %s becomes the target' % (what, say.kinship(entry.depth))
         self._record(act.Action('respawn', _who(parent), result, False, pid=pid, name=parent['name'],
                                 pids=list(new_pids)))
         if not refusal:
@@ -1092,7 +1092,7 @@ class Ladder(object):
                 peer_held = sorted(held & set(h['peer_gpus']))
                 if peer_held:
                     remaining.append(dict(h, reason=say.remaining(decide.PEER_MEMORY, peer_held),
-                                          lever=gpu_peers.peer_lever(h, peer_held[0]), reason_code=decide.PEER_MEMORY))
+                                          lever=say.peer_lever(h, peer_held[0]), reason_code=decide.PEER_MEMORY))
                 else:
                     remaining.append(dict(h, reason=say.remaining(decide.DEVICE_OPEN), reason_code=decide.DEVICE_OPEN))
         for parent in self.watch.respawners:

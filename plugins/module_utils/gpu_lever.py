@@ -70,6 +70,28 @@ LEFT = 'left'                              # left by the ladder (its `reason` sa
 SIGTERM_IGNORED = 'sigterm_ignored'        # its SigIgn mask holds SIGTERM
 TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on SIGKILL alone
 
+# What the diagnosis names that a process list does not show (gpu_decide.findings: each a
+# Finding(code, facts); gpu_say.finding writes the sentence). PEER_MEMORY, ZOMBIE as above.
+IMPOSSIBLE_PID = 'impossible_pid'          # NVML lists a PID <= 0 or above the kernel's limit
+LISTED_UNSEEN = 'listed_unseen'            # NVML lists a PID this module cannot see (blind)
+LISTED_EXITED = 'listed_exited'            # charged to an exited PID whose children map the device
+LISTED_MISSING = 'listed_missing'          # NVML lists a PID no process here has
+MEMORY_UNSEEN = 'memory_unseen'            # memory used, no process visible to this module (blind)
+MEMORY_UNEXPLAINED = 'memory_unexplained'  # memory used, no process visible here
+UNCONFIRMED_PID = 'unconfirmed_pid'        # NVML's PID is a process here holding no device
+DISK_SLEEP = 'disk_sleep'                  # a holder in uninterruptible sleep
+TRACED = 'traced'                          # a holder under a tracer
+STOPPED = 'stopped'                        # a holder stopped by SIGSTOP (state T)
+ZOMBIE_LEADER = 'zombie_leader'            # a thread group whose leader exited
+UNIT_RESTARTS = 'unit_restarts'            # its system unit's Restart= brings it back
+OWNER_LEVER = 'owner_lever'                # its owner calls for a lever (gpu_say.owner_clause)
+OTHER_PID_NAMESPACE = 'other_pid_namespace'  # a holder in another PID namespace than this module
+UNREADABLE = 'unreadable'                  # a security policy refuses reading fds or maps
+# Why a survey that read only NVML's processes must read every process (gpu_decide.full_scan_code).
+LISTED_HOLDS_NOTHING = 'listed_holds_nothing'  # a listed PID gone, a zombie, or holding no device
+NO_MEMORY_GIVEN = 'no_memory_given'            # NVML gives no memory for a listed PID
+UNCHARGED_MEMORY = 'uncharged_memory'          # more memory used than charged to processes
+
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it
 CONTAINER_INIT = 'container_init'  # the init of a container its runtime stops

@@ -256,3 +256,137 @@ def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blin
         parts.append('GPU %d (%s) still holds %d MiB after %.1f s: %s.'
                      % (row['index'], row['uuid'], row['memory_used_mib'], elapsed_s, who))
     return ' '.join(parts)
+
+
+_COMM_LEN = 15
+
+
+def title(holder):
+    """The process title as the operator knows it: the kernel cuts /proc/PID/comm at 15
+    characters ('sglang::schedul'), so a cut name is completed from the command line. Control
+    characters are escaped (gpu_text.escape_text): it goes into sentences."""
+    name = holder['name']
+    first = (holder.get('cmdline') or '').split(' ', 1)[0]
+    if len(name) == _COMM_LEN and first.startswith(name):
+        return escape_text(first)
+    return escape_text(name)
+
+
+def _peer_clause(holder, index):
+    contexts = ','.join(str(i) for i in holder['context_gpus'])
+    return ('maps GPU %d, its context is on GPU %s: NCCL/IPC peer memory; reclaim GPU %s too or set '
+            'peers: true' % (index, contexts, contexts))
+
+
+def peer_lever(holder, index):
+    """What to do about peer memory on GPU `index` held through this process (gpu_peers)."""
+    return 'it %s' % _peer_clause(holder, index)
+
+
+def peer_memory(row, holder):
+    """The diagnosis sentence for a GPU not free whose memory a process with its context
+    elsewhere maps (gpu_lever.PEER_MEMORY, gpu_peers.peer_mappers)."""
+    return ('GPU %d: %d MiB used that NVML charges to no process: PID %d (%s) %s.'
+            % (row['index'], row['memory_used_mib'], holder['pid'], title(holder), _peer_clause(holder, row['index'])))
+
+
+def kinship(depth):
+    """What a respawner is to the process it brought back, in words (gpu_respawn's depth)."""
+    return {1: 'parent', 2: 'grandparent'}.get(depth, 'ancestor %d levels up' % depth)
+
+
+def full_scan(finding):
+    """Why a survey of NVML's processes alone is not enough (gpu_decide.full_scan_code), or None."""
+    if finding is None:
+        return None
+    facts = finding.facts
+    if finding.code == lever.LISTED_HOLDS_NOTHING:
+        return 'GPU %d: NVML lists PID %d, which holds nothing here' % (facts['gpu'], facts['pid'])
+    if finding.code == lever.NO_MEMORY_GIVEN:
+        return 'GPU %d: NVML gives no memory for PID %d' % (facts['gpu'], facts['pid'])
+    if finding.code != lever.UNCHARGED_MEMORY:
+        raise ValueError('no sentence for the full-scan code %r' % (finding.code,))
+    return 'GPU %d: %d MiB used, %d MiB charged to processes' % (facts['gpu'], facts['used_mib'], facts['charged_mib'])
+
+
+def _who(holder):
+    return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
+
+
+def finding(found):
+    """The diagnosis sentence of one gpu_decide.Finding (gpu_lever's diagnosis codes)."""
+    code, facts = found.code, found.facts
+    if code == lever.IMPOSSIBLE_PID:
+        return ('GPU %d: NVML reports impossible PID %d (%s MiB): the nvidia-ml-py bindings do not match '
+                'the driver; such a PID is never signalled.' % (facts['gpu'], facts['pid'], facts['mib']))
+    if code == lever.LISTED_UNSEEN:
+        return ('GPU %d: NVML lists PID %d (%s MiB), which this module cannot see: %s.'
+                % (facts['gpu'], facts['pid'], facts['mib'], RUN_AS_ROOT))
+    if code == lever.LISTED_EXITED:
+        heirs = facts['inheritors']
+        return ('GPU %d: NVML charges %s MiB to PID %d, which has exited; %s still map%s the device '
+                '(inherited from it), so the memory stays until %s.'
+                % (facts['gpu'], facts['mib'], facts['pid'], ', '.join(_who(h) for h in heirs),
+                   's' if len(heirs) == 1 else '', 'that process exits' if len(heirs) == 1 else 'they exit'))
+    if code == lever.LISTED_MISSING:
+        return ('GPU %d: NVML lists PID %d (%s MiB) but no such process exists in this PID namespace: it '
+                'runs in another namespace (a container or its host) and must be stopped from there, or it '
+                'died with a context still pinned (reset or reboot).' % (facts['gpu'], facts['pid'], facts['mib']))
+    if code == lever.PEER_MEMORY:
+        return peer_memory(facts['row'], facts['holder'])
+    if code == lever.MEMORY_UNSEEN:
+        return ('GPU %d: %d MiB used with no process visible to this module: %s to see its holders.'
+                % (facts['gpu'], facts['used_mib'], RUN_AS_ROOT))
+    if code == lever.MEMORY_UNEXPLAINED:
+        return ('GPU %d: %d MiB used with no process visible here: either processes in another PID '
+                'namespace hold it (run this on the host that owns them, e.g. the node around this '
+                'container) or a context leaked in the driver (reset the GPU or reboot).'
+                % (facts['gpu'], facts['used_mib']))
+    if code == lever.UNCONFIRMED_PID:
+        return ('NVML lists PID %d on GPU %s, but PID %d here (%s) holds no NVIDIA device: the PID comes '
+                'from another PID namespace or was reused; it is not treated as a holder.'
+                % (facts['pid'], ','.join(str(i) for i in facts['gpus']), facts['pid'], escape_text(facts['name'])))
+    if code == lever.UNREADABLE:
+        pids = facts['pids']
+        return ('Could not read the fds or maps of %d process(es) (%s) although this module may read every '
+                'process: a security policy (AppArmor, SELinux, Yama, a sandbox) refuses it; a GPU holder '
+                'among them is not seen here.' % (len(pids), ', '.join(str(p) for p in pids[:10])))
+    return _holder_finding(code, facts)
+
+
+def _holder_finding(code, holder):
+    """The diagnosis sentence of a finding about one holder (its facts are the holder dict)."""
+    who = _who(holder)
+    if code == lever.DISK_SLEEP:
+        return ('%s is in uninterruptible sleep (D%s): signals take effect only when the kernel call '
+                'returns; if it stays, the GPU needs a reset or the host a reboot.'
+                % (who, ', wchan %s' % escape_text(holder['wchan']) if holder['wchan'] else ''))
+    if code == lever.ZOMBIE:
+        return ('%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; stop '
+                'or restart that parent.' % (who, holder['ppid'], escape_text(holder['parent_name']) or 'unknown'))
+    if code == lever.TRACED:
+        return ('%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; SIGKILL '
+                'still ends it (gpu_reclaim sends it without waiting out the grace when it is stopped), or '
+                'detach the tracer.' % (who, holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown',
+                                        ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
+    if code == lever.STOPPED:
+        return ('%s is stopped (SIGSTOP, state T): it acts on SIGTERM only once continued; gpu_reclaim '
+                'sends SIGCONT right after SIGTERM.' % who)
+    if code == lever.ZOMBIE_LEADER:
+        return ('%s is a zombie leader: its main thread exited while its other threads still hold the GPU, '
+                'so no parent can reap it; a signal to the PID ends the whole thread group.' % who)
+    if code == lever.UNIT_RESTARTS:
+        return ('%s belongs to %s with Restart=%s: killing it brings it back; stop the unit (stop_units: '
+                'true).' % (who, holder['unit'], holder['unit_restart']))
+    if code == lever.OWNER_LEVER:
+        return '%s holds GPU %s: %s.' % (who, ','.join(str(i) for i in holder['context_gpus']),
+                                         owner_clause(holder, lever.by_hand(holder)))
+    if code == lever.OTHER_PID_NAMESPACE:
+        return '%s runs in another PID namespace (a container) than this module.' % who
+    raise ValueError('no sentence for the diagnosis code %r' % (code,))
+
+
+def diagnosis(findings, blind_sentence=None):
+    """The diagnosis sentences of gpu_decide.findings; `blind_sentence` (gpu_access: this module
+    cannot read other users' processes) comes first."""
+    return ([blind_sentence] if blind_sentence else []) + [finding(found) for found in findings]
