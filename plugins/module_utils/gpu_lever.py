@@ -92,6 +92,30 @@ LISTED_HOLDS_NOTHING = 'listed_holds_nothing'  # a listed PID gone, a zombie, or
 NO_MEMORY_GIVEN = 'no_memory_given'            # NVML gives no memory for a listed PID
 UNCHARGED_MEMORY = 'uncharged_memory'          # more memory used than charged to processes
 
+# What a step of the ladder did (gpu_act's results: each a gpu_say.Said, the sentence with its
+# code; callers read `.code`, never the words; gpu_say.step writes them).
+SENT, GONE, REUSED = 'sent', 'gone', 'reused'   # a signal sent; its process exited; its PID reused
+PID_NEVER = 'pid_never'                    # refused: PID 0, 1, negative or no number
+PID_PROTECTED = 'pid_protected'            # refused: this module's own tree or a shield
+NO_START_TIME = 'no_start_time'            # refused: no start time to re-identify it by
+NOT_PERMITTED = 'not_permitted'            # refused: another user's process, and not root
+SIGNAL_REFUSALS = (PID_NEVER, PID_PROTECTED, NO_START_TIME, NOT_PERMITTED)
+UNIT_STOPPED = 'unit_stopped'              # the unit read inactive (with `uid`: a user's manager)
+UNIT_STOPPING = 'unit_stopping'            # the stop was queued, still deactivating at the bound
+STOP_FAILED = 'stop_failed'                # the stop command failed (its output)
+MANAGER_NOT_RUNNING = 'manager_not_running'  # the user's manager does not run
+CONTAINER_STOPPED = 'container_stopped'    # the runtime's stop returned 0
+SUPERVISED_STOPPED = 'supervised_stopped'  # the program read down and stayed down
+SCOPE_STARTED = 'scope_started'            # systemd made the transient scope
+COMMAND_OK, COMMAND_FAILED = 'command_ok', 'command_failed'   # a command's rc 0, or not
+# ... and what check mode would do (gpu_act.RecordingActor).
+WOULD_STOP_UNIT = 'would_stop_unit'
+WOULD_STOP_CONTAINER = 'would_stop_container'
+WOULD_STOP_SUPERVISED = 'would_stop_supervised'
+WOULD_SIGNAL = 'would_signal'
+WOULD_KILL_AFTER_TERM = 'would_kill_after_term'
+WOULD_RUN = 'would_run'
+
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it
 CONTAINER_INIT = 'container_init'  # the init of a container its runtime stops

@@ -22,6 +22,59 @@ CONTAINER_INIT = "init of a container's PID namespace"
 POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
 
 
+class Said(str):
+    """A sentence that carries the code it was written from: callers decide on `code`, never on
+    the words. (`str(said)` is the plain text: what goes into a result.)"""
+
+    def __new__(cls, text, code=None):
+        said = str.__new__(cls, text)
+        said.code = code
+        return said
+
+
+def _supervised_stopped(facts):
+    left = facts.get('left')
+    return ("stopped in %.2f s (`%s`); down by its supervisor's word, still down %.2f s later%s"
+            % (facts['waited'], facts['command'], facts['watched'],
+               '; PID %s outlived it (signalled next)' % ', '.join(str(p) for p in left) if left else ''))
+
+
+# The action log's `result` of each step outcome (gpu_lever's step codes), from its facts.
+_STEPS = {
+    lever.SENT: 'sent',
+    lever.GONE: 'gone',
+    lever.REUSED: 'reused',
+    lever.PID_NEVER: 'refused: PID %(pid)r is never signalled',
+    lever.PID_PROTECTED: 'refused: PID %(pid)d is protected',
+    lever.NO_START_TIME: 'refused: PID %(pid)d has no recorded start time',
+    lever.NOT_PERMITTED: 'refused: not permitted to signal PID %(pid)d as this user: ' + RUN_AS_ROOT.replace('%', '%%'),
+    lever.UNIT_STOPPED: lambda f: ('stopped in %.2f s' % f['waited']) + (
+        ' through the manager of user %s' % f['uid'] if f.get('uid') is not None else ''),
+    lever.UNIT_STOPPING: 'stopping (still deactivating after %(timeout)ss)',
+    lever.STOP_FAILED: 'failed: %(output)s',
+    lever.MANAGER_NOT_RUNNING: 'failed: the manager of user %(uid)s does not run',
+    lever.NO_STOP: 'refused: %(runtime)s containers are never stopped by this module',
+    lever.CONTAINER_STOPPED: 'stopped',
+    lever.SUPERVISED_STOPPED: _supervised_stopped,
+    lever.SCOPE_STARTED: 'started',
+    lever.COMMAND_OK: 'ok',
+    lever.COMMAND_FAILED: 'failed (rc=%(rc)d): %(output)s',
+    lever.WOULD_STOP_UNIT: lambda f: 'would stop it %s(waiting up to %ss)' % (
+        'through the manager of user %s ' % f['uid'] if f.get('uid') is not None else '', f['timeout']),
+    lever.WOULD_STOP_CONTAINER: 'would stop it (grace %(grace)ss)',
+    lever.WOULD_STOP_SUPERVISED: lambda f: 'would run `%s`' % ' '.join(f['argv']),
+    lever.WOULD_SIGNAL: 'would send %(signal)s',
+    lever.WOULD_KILL_AFTER_TERM: 'would send %(signal)s if it outlives SIGTERM',
+    lever.WOULD_RUN: lambda f: 'would run %s' % ' '.join(f['argv']),
+}
+
+
+def step(code, **facts):
+    """The action log's `result` for what a step did (gpu_lever's step codes), as a Said."""
+    form = _STEPS[code]
+    return Said(form(facts) if callable(form) else form % facts, code)
+
+
 def protection(code, detail=None, pid=None):
     """The `protected_reason` of a gpu_decide.protection_code."""
     if code is None:
