@@ -115,6 +115,19 @@ WOULD_STOP_SUPERVISED = 'would_stop_supervised'
 WOULD_SIGNAL = 'would_signal'
 WOULD_KILL_AFTER_TERM = 'would_kill_after_term'
 WOULD_RUN = 'would_run'
+WOULD_WAIT = 'would_wait'
+# ... and what the ladder's own steps found (gpu_flow).
+RESCAN_FOUND = 'rescan_found'              # holders left or new on the next pass
+RESPAWNER_TARGET = 'respawner_target'      # a watched ancestor brought a holder back: the target
+RESPAWNER_REFUSED = 'respawner_refused'    # ... named, not signalled (respawner_lever's refusal)
+SETTLE_BOUND = 'settle_bound'              # no respawn within the bound, the ancestors alive
+SETTLE_NONE_ALIVE = 'settle_none_alive'    # no respawn, and none of the ancestors alive
+GUEST_NOT_BACK = 'guest_not_back'          # a guest's systemd brought nothing back in the watch
+GUEST_BACK = 'guest_back'                  # ... brought a holder back
+NOT_WAITED = 'not_waited'                  # nothing left that could free the GPUs (held codes)
+MEMORY_BACK = 'memory_back'                # the memory came back within release_timeout
+MEMORY_HELD = 'memory_held'                # ... did not
+RESET_SKIPPED = 'reset_skipped'            # processes still have the device open
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it

@@ -66,7 +66,37 @@ _STEPS = {
     lever.WOULD_SIGNAL: 'would send %(signal)s',
     lever.WOULD_KILL_AFTER_TERM: 'would send %(signal)s if it outlives SIGTERM',
     lever.WOULD_RUN: lambda f: 'would run %s' % ' '.join(f['argv']),
+    lever.WOULD_WAIT: 'would wait up to %(timeout)ss for the memory',
+    lever.RESCAN_FOUND: 'found %(count)d holder(s) left or new',
+    lever.RESPAWNER_TARGET: lambda f: '%s; the %s becomes the target' % (came_back(**f['back']), kinship(f['depth'])),
+    lever.RESPAWNER_REFUSED: lambda f: '%s; not signalled: %s' % (
+        came_back(**f['back']), respawner_refusal(f['parent'], f['refusal'])),
+    lever.SETTLE_BOUND: lambda f: 'no respawn within %.2f s (the bound); alive, not signalled: PID %s' % (
+        f['bound'], ', '.join(str(p) for p in f['alive'])),
+    lever.SETTLE_NONE_ALIVE: 'no respawn: none of them alive after %(took).2f s',
+    lever.GUEST_NOT_BACK: 'nothing came back within %(waited).1f s',
+    lever.GUEST_BACK: lambda f: 'came back after %.1f s: %s' % (f['waited'], ', '.join(
+        'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in f['holders'])),
+    lever.NOT_WAITED: lambda f: 'not waited: nothing left that could free it (%s)' % '; '.join(
+        ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), held(h, code)) for h, code in kept))
+         for index, kept in f['blocked']] +
+        ['GPU %d: memory held by no visible process and not falling' % index for index in f['unseen']]),
+    lever.MEMORY_BACK: 'memory back after %(waited).2f s',
+    lever.MEMORY_HELD: 'memory still held after %(waited).1f s',
+    lever.RESET_SKIPPED: lambda f: 'skipped: PIDs %s still use the device' % ', '.join(str(p) for p in f['pids']),
 }
+
+
+def came_back(ended, new_pids, after_s):
+    """What a watched ancestor brought back (a respawn step's result; a respawner's `respawned`)."""
+    return 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
+        ', '.join(str(p) for p in sorted(ended)), ', '.join(str(p) for p in new_pids), after_s)
+
+
+def interrupted(error, actions):
+    """The failure when the driver stopped answering after the ladder acted."""
+    return ('%s The ladder had taken %d action(s) before that (see actions); the GPUs were not verified.'
+            % (error, actions))
 
 
 def step(code, **facts):
