@@ -87,10 +87,14 @@ UNIT_RESTARTS = 'unit_restarts'            # its system unit's Restart= brings i
 OWNER_LEVER = 'owner_lever'                # its owner calls for a lever (gpu_say.owner_clause)
 OTHER_PID_NAMESPACE = 'other_pid_namespace'  # a holder in another PID namespace than this module
 UNREADABLE = 'unreadable'                  # a security policy refuses reading fds or maps
+DIAGNOSIS = (IMPOSSIBLE_PID, LISTED_UNSEEN, LISTED_EXITED, LISTED_MISSING, PEER_MEMORY, MEMORY_UNSEEN,
+             MEMORY_UNEXPLAINED, UNCONFIRMED_PID, DISK_SLEEP, ZOMBIE, TRACED, STOPPED, ZOMBIE_LEADER,
+             UNIT_RESTARTS, OWNER_LEVER, OTHER_PID_NAMESPACE, UNREADABLE)
 # Why a survey that read only NVML's processes must read every process (gpu_decide.full_scan_code).
 LISTED_HOLDS_NOTHING = 'listed_holds_nothing'  # a listed PID gone, a zombie, or holding no device
 NO_MEMORY_GIVEN = 'no_memory_given'            # NVML gives no memory for a listed PID
 UNCHARGED_MEMORY = 'uncharged_memory'          # more memory used than charged to processes
+FULL_SCAN = (LISTED_HOLDS_NOTHING, NO_MEMORY_GIVEN, UNCHARGED_MEMORY)
 
 # What a step of the ladder did (gpu_act's results: each a gpu_say.Said, the sentence with its
 # code; callers read `.code`, never the words; gpu_say.step writes them).
@@ -128,6 +132,12 @@ NOT_WAITED = 'not_waited'                  # nothing left that could free the GP
 MEMORY_BACK = 'memory_back'                # the memory came back within release_timeout
 MEMORY_HELD = 'memory_held'                # ... did not
 RESET_SKIPPED = 'reset_skipped'            # processes still have the device open
+STEPS = (SENT, GONE, REUSED) + SIGNAL_REFUSALS + (
+    UNIT_STOPPED, UNIT_STOPPING, STOP_FAILED, MANAGER_NOT_RUNNING, NO_STOP, CONTAINER_STOPPED,
+    SUPERVISED_STOPPED, SCOPE_STARTED, COMMAND_OK, COMMAND_FAILED, WOULD_STOP_UNIT, WOULD_STOP_CONTAINER,
+    WOULD_STOP_SUPERVISED, WOULD_SIGNAL, WOULD_KILL_AFTER_TERM, WOULD_RUN, WOULD_WAIT, RESCAN_FOUND,
+    RESPAWNER_TARGET, RESPAWNER_REFUSED, SETTLE_BOUND, SETTLE_NONE_ALIVE, GUEST_NOT_BACK, GUEST_BACK,
+    NOT_WAITED, MEMORY_BACK, MEMORY_HELD, RESET_SKIPPED)
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it
