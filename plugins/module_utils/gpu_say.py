@@ -32,79 +32,6 @@ class Said(str):
         return said
 
 
-def _supervised_stopped(facts):
-    left = facts.get('left')
-    return ("stopped in %.2f s (`%s`); down by its supervisor's word, still down %.2f s later%s"
-            % (facts['waited'], facts['command'], facts['watched'],
-               '; PID %s outlived it (signalled next)' % ', '.join(str(p) for p in left) if left else ''))
-
-
-# The action log's `result` of each step outcome (gpu_lever's step codes), from its facts.
-_STEPS = {
-    lever.SENT: 'sent',
-    lever.GONE: 'gone',
-    lever.REUSED: 'reused',
-    lever.PID_NEVER: 'refused: PID %(pid)r is never signalled',
-    lever.PID_PROTECTED: 'refused: PID %(pid)d is protected',
-    lever.NO_START_TIME: 'refused: PID %(pid)d has no recorded start time',
-    lever.NOT_PERMITTED: 'refused: not permitted to signal PID %(pid)d as this user: ' + RUN_AS_ROOT.replace('%', '%%'),
-    lever.UNIT_STOPPED: lambda f: ('stopped in %.2f s' % f['waited']) + (
-        ' through the manager of user %s' % f['uid'] if f.get('uid') is not None else ''),
-    lever.UNIT_STOPPING: 'stopping (still deactivating after %(timeout)ss)',
-    lever.STOP_FAILED: 'failed: %(output)s',
-    lever.MANAGER_NOT_RUNNING: 'failed: the manager of user %(uid)s does not run',
-    lever.NO_STOP: 'refused: %(runtime)s containers are never stopped by this module',
-    lever.CONTAINER_STOPPED: 'stopped',
-    lever.SUPERVISED_STOPPED: _supervised_stopped,
-    lever.SCOPE_STARTED: 'started',
-    lever.COMMAND_OK: 'ok',
-    lever.COMMAND_FAILED: 'failed (rc=%(rc)d): %(output)s',
-    lever.WOULD_STOP_UNIT: lambda f: 'would stop it %s(waiting up to %ss)' % (
-        'through the manager of user %s ' % f['uid'] if f.get('uid') is not None else '', f['timeout']),
-    lever.WOULD_STOP_CONTAINER: 'would stop it (grace %(grace)ss)',
-    lever.WOULD_STOP_SUPERVISED: lambda f: 'would run `%s`' % ' '.join(f['argv']),
-    lever.WOULD_SIGNAL: 'would send %(signal)s',
-    lever.WOULD_KILL_AFTER_TERM: 'would send %(signal)s if it outlives SIGTERM',
-    lever.WOULD_RUN: lambda f: 'would run %s' % ' '.join(f['argv']),
-    lever.WOULD_WAIT: 'would wait up to %(timeout)ss for the memory',
-    lever.RESCAN_FOUND: 'found %(count)d holder(s) left or new',
-    lever.RESPAWNER_TARGET: lambda f: '%s; the %s becomes the target' % (came_back(**f['back']), kinship(f['depth'])),
-    lever.RESPAWNER_REFUSED: lambda f: '%s; not signalled: %s' % (
-        came_back(**f['back']), respawner_refusal(f['parent'], f['refusal'])),
-    lever.SETTLE_BOUND: lambda f: 'no respawn within %.2f s (the bound); alive, not signalled: PID %s' % (
-        f['bound'], ', '.join(str(p) for p in f['alive'])),
-    lever.SETTLE_NONE_ALIVE: 'no respawn: none of them alive after %(took).2f s',
-    lever.GUEST_NOT_BACK: 'nothing came back within %(waited).1f s',
-    lever.GUEST_BACK: lambda f: 'came back after %.1f s: %s' % (f['waited'], ', '.join(
-        'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in f['holders'])),
-    lever.NOT_WAITED: lambda f: 'not waited: nothing left that could free it (%s)' % '; '.join(
-        ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), held(h, code)) for h, code in kept))
-         for index, kept in f['blocked']] +
-        ['GPU %d: memory held by no visible process and not falling' % index for index in f['unseen']]),
-    lever.MEMORY_BACK: 'memory back after %(waited).2f s',
-    lever.MEMORY_HELD: 'memory still held after %(waited).1f s',
-    lever.RESET_SKIPPED: lambda f: 'skipped: PIDs %s still use the device' % ', '.join(str(p) for p in f['pids']),
-}
-
-
-def came_back(ended, new_pids, after_s):
-    """What a watched ancestor brought back (a respawn step's result; a respawner's `respawned`)."""
-    return 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
-        ', '.join(str(p) for p in sorted(ended)), ', '.join(str(p) for p in new_pids), after_s)
-
-
-def interrupted(error, actions):
-    """The failure when the driver stopped answering after the ladder acted."""
-    return ('%s The ladder had taken %d action(s) before that (see actions); the GPUs were not verified.'
-            % (error, actions))
-
-
-def step(code, **facts):
-    """The action log's `result` for what a step did (gpu_lever's step codes), as a Said."""
-    form = _STEPS[code]
-    return Said(form(facts) if callable(form) else form % facts, code)
-
-
 def protection(code, detail=None, pid=None):
     """The `protected_reason` of a gpu_decide.protection_code."""
     if code is None:
@@ -473,3 +400,76 @@ def diagnosis(findings, blind_sentence=None):
     """The diagnosis sentences of gpu_decide.findings; `blind_sentence` (gpu_access: this module
     cannot read other users' processes) comes first."""
     return ([blind_sentence] if blind_sentence else []) + [finding(found) for found in findings]
+
+
+def _supervised_stopped(facts):
+    left = facts.get('left')
+    return ("stopped in %.2f s (`%s`); down by its supervisor's word, still down %.2f s later%s"
+            % (facts['waited'], facts['command'], facts['watched'],
+               '; PID %s outlived it (signalled next)' % ', '.join(str(p) for p in left) if left else ''))
+
+
+# The action log's `result` of each step outcome (gpu_lever's step codes), from its facts.
+_STEPS = {
+    lever.SENT: 'sent',
+    lever.GONE: 'gone',
+    lever.REUSED: 'reused',
+    lever.PID_NEVER: 'refused: PID %(pid)r is never signalled',
+    lever.PID_PROTECTED: 'refused: PID %(pid)d is protected',
+    lever.NO_START_TIME: 'refused: PID %(pid)d has no recorded start time',
+    lever.NOT_PERMITTED: 'refused: not permitted to signal PID %(pid)d as this user: ' + RUN_AS_ROOT.replace('%', '%%'),
+    lever.UNIT_STOPPED: lambda f: ('stopped in %.2f s' % f['waited']) + (
+        ' through the manager of user %s' % f['uid'] if f.get('uid') is not None else ''),
+    lever.UNIT_STOPPING: 'stopping (still deactivating after %(timeout)ss)',
+    lever.STOP_FAILED: 'failed: %(output)s',
+    lever.MANAGER_NOT_RUNNING: 'failed: the manager of user %(uid)s does not run',
+    lever.NO_STOP: 'refused: %(runtime)s containers are never stopped by this module',
+    lever.CONTAINER_STOPPED: 'stopped',
+    lever.SUPERVISED_STOPPED: _supervised_stopped,
+    lever.SCOPE_STARTED: 'started',
+    lever.COMMAND_OK: 'ok',
+    lever.COMMAND_FAILED: 'failed (rc=%(rc)d): %(output)s',
+    lever.WOULD_STOP_UNIT: lambda f: 'would stop it %s(waiting up to %ss)' % (
+        'through the manager of user %s ' % f['uid'] if f.get('uid') is not None else '', f['timeout']),
+    lever.WOULD_STOP_CONTAINER: 'would stop it (grace %(grace)ss)',
+    lever.WOULD_STOP_SUPERVISED: lambda f: 'would run `%s`' % ' '.join(f['argv']),
+    lever.WOULD_SIGNAL: 'would send %(signal)s',
+    lever.WOULD_KILL_AFTER_TERM: 'would send %(signal)s if it outlives SIGTERM',
+    lever.WOULD_RUN: lambda f: 'would run %s' % ' '.join(f['argv']),
+    lever.WOULD_WAIT: 'would wait up to %(timeout)ss for the memory',
+    lever.RESCAN_FOUND: 'found %(count)d holder(s) left or new',
+    lever.RESPAWNER_TARGET: lambda f: '%s; the %s becomes the target' % (came_back(**f['back']), kinship(f['depth'])),
+    lever.RESPAWNER_REFUSED: lambda f: '%s; not signalled: %s' % (
+        came_back(**f['back']), respawner_refusal(f['parent'], f['refusal'])),
+    lever.SETTLE_BOUND: lambda f: 'no respawn within %.2f s (the bound); alive, not signalled: PID %s' % (
+        f['bound'], ', '.join(str(p) for p in f['alive'])),
+    lever.SETTLE_NONE_ALIVE: 'no respawn: none of them alive after %(took).2f s',
+    lever.GUEST_NOT_BACK: 'nothing came back within %(waited).1f s',
+    lever.GUEST_BACK: lambda f: 'came back after %.1f s: %s' % (f['waited'], ', '.join(
+        'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in f['holders'])),
+    lever.NOT_WAITED: lambda f: 'not waited: nothing left that could free it (%s)' % '; '.join(
+        ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), held(h, code)) for h, code in kept))
+         for index, kept in f['blocked']] +
+        ['GPU %d: memory held by no visible process and not falling' % index for index in f['unseen']]),
+    lever.MEMORY_BACK: 'memory back after %(waited).2f s',
+    lever.MEMORY_HELD: 'memory still held after %(waited).1f s',
+    lever.RESET_SKIPPED: lambda f: 'skipped: PIDs %s still use the device' % ', '.join(str(p) for p in f['pids']),
+}
+
+
+def came_back(ended, new_pids, after_s):
+    """What a watched ancestor brought back (a respawn step's result; a respawner's `respawned`)."""
+    return 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
+        ', '.join(str(p) for p in sorted(ended)), ', '.join(str(p) for p in new_pids), after_s)
+
+
+def interrupted(error, actions):
+    """The failure when the driver stopped answering after the ladder acted."""
+    return ('%s The ladder had taken %d action(s) before that (see actions); the GPUs were not verified.'
+            % (error, actions))
+
+
+def step(code, **facts):
+    """The action log's `result` for what a step did (gpu_lever's step codes), as a Said."""
+    form = _STEPS[code]
+    return Said(form(facts) if callable(form) else form % facts, code)
