@@ -93,10 +93,10 @@ def send_signal(pid, start_time, signum, never=frozenset()):
     PID now) or a gpu_lever.SIGNAL_REFUSALS code (a PID this module must never signal, or may
     not as this user); its text is 'sent', 'gone', 'reused' or 'refused: <why>'.
     """
-    return say.step(signal_outcome(pid, start_time, signum, never), pid=pid)
+    return say.step(signal_code(pid, start_time, signum, never), pid=pid)
 
 
-def signal_outcome(pid, start_time, signum, never=frozenset()):
+def signal_code(pid, start_time, signum, never=frozenset()):
     """send_signal's code."""
     pidfd = None
     if hasattr(os, 'pidfd_open') and isinstance(pid, int) and pid > 1:
@@ -167,6 +167,12 @@ def is_alive(pid, start_time):
 # (24 SIGKILLed contexts of 1 GiB freed in 1.66 s on one H200, FIELD_NOTES), so a pause of 0.25 s
 # saw a release up to three contexts' time late. A command (systemctl show) keeps 0.25 s.
 FAST_POLL_S = 0.05
+# While SIGKILLed holders are waited for and the ladder can ask whether each one's context is
+# released: how often it asks (tests/gpu s12, run13: ranks end 31-48 ms after NVML reads their
+# memory back, and the blind floor polls NVML every 2 ms), and how long a released holder is
+# still waited for, so that one whose exit was about to end is said to have exited.
+RELEASE_POLL_S = 0.004
+RELEASED_GRACE_S = 0.003
 
 
 def wait_for(predicate, timeout, clock=time.monotonic, first_interval=0.02, max_interval=0.25):
@@ -224,8 +230,12 @@ class HostActor(object):
 
     recording = False
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock=time.monotonic, released=None):
+        """`released(holders)`: of these holders this actor SIGKILLed, the PIDs whose GPU context
+        is already released (gpu_flow.Ladder._released); wait_gone stops waiting for those."""
         self.clock = clock
+        self.released = released
+        self.killed = set()       # (pid, start_time) this actor sent SIGKILL
 
     def stop_unit(self, unit, timeout):
         """Stop a systemd unit so that Restart= cannot bring its processes back.
@@ -346,10 +356,11 @@ class HostActor(object):
             return say.step(gpu_lever.SCOPE_STARTED), True
         return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
 
-    @staticmethod
-    def signal(holder, signum, never):
+    def signal(self, holder, signum, never):
         """(result, changed) of sending `signum` to the holder, re-identified first."""
         result = send_signal(holder['pid'], holder['start_time'], signum, never)
+        if result.code == SENT and signum == signal.SIGKILL:
+            self.killed.add((holder['pid'], holder['start_time']))
         return result, result.code == SENT
 
     @staticmethod
@@ -363,7 +374,11 @@ class HostActor(object):
         Through pidfds where the kernel offers them: poll(2) on a process's pidfd returns the
         moment it has exited (after the driver tore its context down), where polling /proc every
         FAST_POLL_S saw the last of 8 SIGKILLed ranks up to 50 ms late (tests/gpu s12, run8:
-        several ranks 'exited after SIGKILL in 0.67 s' in the same poll)."""
+        several ranks 'exited after SIGKILL in 0.67 s' in the same poll).
+
+        A holder this actor SIGKILLed whose context `released` says is released is not waited
+        for past RELEASED_GRACE_S: it is in the map at the time it was found released, and still
+        alive (the caller tells the two apart)."""
         if not holders:
             return {}
         try:
@@ -372,7 +387,7 @@ class HostActor(object):
             return self._wait_gone_polling(holders, timeout)
 
     def _wait_gone_pidfds(self, holders, timeout):
-        gone_at, fds = {}, {}
+        gone_at, released_at, fds = {}, {}, {}
         try:
             for holder in holders:
                 fd = open_pidfd(holder['pid'], holder['start_time'])
@@ -384,13 +399,28 @@ class HostActor(object):
             for fd in fds:
                 poller.register(fd, select.POLLIN)
             started = self.clock()
-            while len(gone_at) < len(holders):
-                left = timeout - (self.clock() - started)
-                if left <= 0:
-                    break
-                for fd, _event in poller.poll(int(left * 1000) + 1):
+
+            def poll(seconds):
+                for fd, _event in poller.poll(int(seconds * 1000) + 1):
                     poller.unregister(fd)
                     gone_at[fds[fd]] = self.clock()
+                    released_at.pop(fds[fd], None)
+
+            while True:
+                pending = [h for h in holders if h['pid'] not in gone_at and h['pid'] not in released_at]
+                left = timeout - (self.clock() - started)
+                if not pending or left <= 0:
+                    break
+                askable = [h for h in pending if (h['pid'], h['start_time']) in self.killed] if self.released else []
+                poll(min(left, RELEASE_POLL_S) if askable else left)
+                askable = [h for h in askable if h['pid'] not in gone_at]
+                if askable:
+                    now = self.clock()
+                    released_at.update((pid, now) for pid in self.released(askable))
+            grace_end = self.clock() + RELEASED_GRACE_S
+            while released_at and self.clock() < grace_end:
+                poll(grace_end - self.clock())
+            gone_at.update(released_at)
             return gone_at
         finally:
             for fd in fds:
@@ -409,7 +439,9 @@ class HostActor(object):
         return gone_at
 
     def wait_until(self, predicate, timeout):
-        return wait_for(predicate, timeout, clock=self.clock, max_interval=FAST_POLL_S)
+        # From RELEASE_POLL_S up: memory a released context leaves comes back within a few ms.
+        return wait_for(predicate, timeout, clock=self.clock, first_interval=RELEASE_POLL_S,
+                        max_interval=FAST_POLL_S)
 
     @staticmethod
     def run(argv, timeout):

@@ -509,13 +509,15 @@ class Ladder(object):
         self.allow_reset = allow_reset
         self.clock = clock
         if actor is None:
-            actor = act.RecordingActor(clock) if check_mode else act.HostActor(clock)
+            actor = act.RecordingActor(clock) if check_mode else act.HostActor(clock, released=self._released)
         self.actor = actor
         self.started = None
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
         self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
         self.unreachable = set()  # PIDs alive after SIGKILL
+        self.released = set()     # PIDs SIGKILLed whose context was released while they exited
+        self.release_reads = True  # whether the driver's process lists may be read in that wait
         # What can bring a holder back (units, containers, ancestors, the settle window, guests).
         self.watch = respawn.Comebacks(surveyor, clock, observe.ProcError)
 
@@ -914,7 +916,7 @@ class Ladder(object):
         # so a D-state process is reported, not waited on forever.
         self._wait_outcomes(killed, max(self.term_timeout, 1.0), 'SIGKILL')
         for holder, _action in killed:
-            if self.actor.alive([holder]):
+            if holder['pid'] not in self.released and self.actor.alive([holder]):
                 self.unreachable.add(holder['pid'])
                 self._record(act.Action('unreachable', _who(holder), 'alive after SIGKILL (state %s)'
                                         % self.actor.state_of(holder), False,
@@ -946,7 +948,8 @@ class Ladder(object):
                 continue
             if holder['pid'] in gone_at:
                 action.took_s = round(max(0.0, gone_at[holder['pid']] - self.started - action.at_s), 3)
-                action.result = 'exited after %s in %s' % (signame, _seconds(action.took_s))
+                code = lever.RELEASED if holder['pid'] in self.released and self.actor.alive([holder]) else lever.EXITED
+                action.result = say.signal_outcome(code, signame, _seconds(action.took_s))
             elif signame == 'SIGTERM':
                 action.result = 'still running %s after SIGTERM' % _seconds(timeout)
 
@@ -954,6 +957,39 @@ class Ladder(object):
         action = self._signal(holder, signal.SIGKILL)
         self.killed.add((holder['pid'], holder['start_time']))
         return holder, action
+
+    def _released(self, holders):
+        """Of these SIGKILLed holders, the PIDs whose GPU context is released while their exit
+        goes on: the driver lists the PID on none of its GPUs any more, and every one of its
+        threads is exiting (gpu_observe.exiting), so it can never take a context again. A rank
+        ends 31-48 ms after NVML reads its memory back (tests/gpu s12, run13), which a wait for
+        the end alone adds to every reclaim. Only holders the driver listed are asked about
+        (one it never listed, from another PID namespace, says nothing by being unlisted), and
+        not with `peers`, whose surveys read the device files that an exiting process still
+        has open. A driver that does not answer ends these reads for the run: the wait is then
+        for the processes' end, as before."""
+        asked = [h for h in holders if 'nvml' in h['evidence'] and not h.get('peer_gpus')]
+        if self.peers or not self.release_reads or not asked:
+            return set()
+        try:
+            listed = self.surveyor.backend.listed_pids(sorted(set(g for h in asked for g in h['context_gpus'])),
+                                                       self.surveyor.nvml_timeout)
+        except observe.ObserveError:
+            listed = None
+        if listed is None:
+            self.release_reads = False
+            return set()
+        found = set()
+        for holder in asked:
+            if holder['pid'] in listed:
+                continue
+            try:
+                if observe.exiting(holder['pid'], holder['start_time'], self.surveyor.proc):
+                    found.add(holder['pid'])
+            except observe.ProcError:
+                continue   # gone (its pidfd says so next) or unreadable: waited for as before
+        self.released |= found
+        return found
 
     def _signal(self, holder, signum):
         result, changed = self.actor.signal(holder, signum, self.surveyor.own_ancestors)

@@ -69,6 +69,9 @@ LEFT = 'left'                              # left by the ladder (its `reason` sa
 # Why SIGTERM cannot end a holder, so SIGKILL follows at once (gpu_decide.sigterm_futile_code).
 SIGTERM_IGNORED = 'sigterm_ignored'        # its SigIgn mask holds SIGTERM
 TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on SIGKILL alone
+# How a signalled holder let go (gpu_flow's wait after a signal; gpu_say.signal_outcome).
+EXITED = 'exited'                          # its process ended
+RELEASED = 'released'                      # SIGKILLed: its context is released, its exit goes on
 
 # What the diagnosis names that a process list does not show (gpu_decide.findings: each a
 # Finding(code, facts); gpu_say.finding writes the sentence). PEER_MEMORY, ZOMBIE as above.
@@ -102,7 +105,7 @@ SENT, GONE, REUSED = 'sent', 'gone', 'reused'   # a signal sent; its process exi
 PID_NEVER = 'pid_never'                    # refused: PID 0, 1, negative or no number
 PID_PROTECTED = 'pid_protected'            # refused: this module's own tree or a shield
 NO_START_TIME = 'no_start_time'            # refused: no start time to re-identify it by
-NOT_PERMITTED = 'not_permitted'            # refused: another user's process, and not root
+NOT_PERMITTED = 'not_permitted'            # refused: another user's process, and not root (gpu_act.signal_code)
 SIGNAL_REFUSALS = (PID_NEVER, PID_PROTECTED, NO_START_TIME, NOT_PERMITTED)
 UNIT_STOPPED = 'unit_stopped'              # the unit read inactive (with `uid`: a user's manager)
 UNIT_STOPPING = 'unit_stopping'            # the stop was queued, still deactivating at the bound

@@ -103,25 +103,32 @@ class NvmlBackend(NvidiaBackend):
             pass   # the process ends soon, and the device files close with it
 
     def read_gpus(self, timeout):
+        return self._bounded(self._read, timeout, 'NVML did not answer the GPU query within nvml_timeout=%ss: %s'
+                             % (timeout, _HUNG), 'NVML failed: %s. Is the NVIDIA driver loaded (`lsmod | grep nvidia`)?')
+
+    def listed_pids(self, indices, timeout):
+        """While the ladder waits for SIGKILLed ranks: the process lists only, one handle per GPU
+        (read_gpus also reads names, PCI, memory and persistence of every GPU)."""
+        return self._bounded(lambda: self._listed(indices), timeout, 'NVML did not answer the process query '
+                             'within nvml_timeout=%ss' % timeout, 'NVML failed: %s')
+
+    def _bounded(self, read, timeout, timed_out, failed):
         try:
-            return bounded(self._read, timeout, 'NVML did not answer the GPU query within '
-                           'nvml_timeout=%ss: %s' % (timeout, _HUNG))
+            return bounded(lambda: self._in_session(read), timeout, timed_out)
         except NvmlTimeout:
             # The call is still stuck in the driver: a shutdown would wait on it too. The session
             # is left as it is; the device files close when this process exits.
             self.held = self.initialised = False
             raise
         except pynvml.NVMLError as exc:
-            raise ObserveError('NVML failed: %s. Is the NVIDIA driver loaded (`lsmod | grep nvidia`)?'
-                               % exc)
+            raise ObserveError(failed % exc)
 
-    def _read(self):
+    def _in_session(self, read):
         if not self.initialised:
             pynvml.nvmlInit()
             self.initialised = True
         try:
-            return [self._gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
-                    for index in range(pynvml.nvmlDeviceGetCount())]
+            return read()
         finally:
             if not self.held:
                 self.initialised = False
@@ -129,6 +136,15 @@ class NvmlBackend(NvidiaBackend):
                     pynvml.nvmlShutdown()
                 except pynvml.NVMLError:
                     pass
+
+    def _read(self):
+        return [self._gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
+                for index in range(pynvml.nvmlDeviceGetCount())]
+
+    @staticmethod
+    def _listed(indices):
+        return set(pid for index in indices
+                   for pid, _mib in _nvml_processes(pynvml.nvmlDeviceGetHandleByIndex(index)))
 
     def _gpu(self, index, handle):
         try:

@@ -88,6 +88,14 @@ def sigterm_futile(holder, code):
             'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
 
 
+def signal_outcome(code, signame, took):
+    """What a signalled holder did within the wait (gpu_lever.EXITED, RELEASED); `took` is the
+    time, written."""
+    if code == lever.RELEASED:
+        return 'context released %s after %s; its exit goes on' % (took, signame)
+    return 'exited after %s in %s' % (signame, took)
+
+
 def remaining(code, peer_gpus=()):
     """The `reason` of a holder still on a GPU after the ladder, for the codes gpu_flow's report
     gives (gpu_lever.SURVIVED, PEER_MEMORY with the held GPUs it maps, DEVICE_OPEN)."""

@@ -848,9 +848,12 @@ def _reclaim_once(ctx, count, mib, key, rep):
     signals = [a for a in acts if a.get('step') in ('sigterm', 'sigkill')]
     release = [a for a in acts if a.get('step') == 'wait_release']
     first = min(a['at_s'] for a in signals) if signals else None
-    # The holders are gone when the last one exited (a SIGKILLed context's process exits once
-    # the driver has torn its context down); a wait_release step, if any, ends later.
+    # The holders let go of the GPU when the last one exited or, SIGKILLed, had its context
+    # released while its exit went on (unlisted by NVML, every thread exiting: the action says
+    # 'context released'); a wait_release step, if any, ends later.
     gone_at = [a['at_s'] + a['took_s'] for a in signals if a.get('took_s') is not None]
+    ctx.num('reclaim_released_not_ended_%s_rep%d' % (key, rep),
+            len([a for a in signals if str(a.get('result', '')).startswith('context released')]))
     gone_at += [a['at_s'] + (a.get('waited_s') or 0.0) for a in release]
     freed_at = round(max(gone_at), 3) if gone_at else None
     ctx.num('reclaim_steps_%s_rep%d' % (key, rep), sorted(set(a.get('step') for a in acts)))
@@ -877,8 +880,9 @@ def s12_many_ranks(ctx):
     until NVML reads GPU 0 back at its baseline, in an NVML session opened before it, polled every
     2 ms. gpu_reclaim's times come from its action log, from the ladder's start (module import and
     Ansible's start-up left out, as bench/run reclaim counts the Ladder's own time): its first
-    signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free: its own
-    NVML read, in the session it holds for the run). Ratios to the floor are recorded, never
+    signal, the last holder gone (a signal's at_s + took_s: its end, or its context released
+    while its exit went on), and elapsed_s (verified free: its own NVML read, in the session it
+    holds for the run). Ratios to the floor are recorded, never
     asserted."""
     for count, mib in RANK_SHAPES:
         key = '%dx%d' % (count, mib)

@@ -19,11 +19,13 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
 
+from .exits import end, exited, slow_exit
 from .observations import CTX, NVIDIA, gpu, proc, runtime_confirms, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
@@ -863,3 +865,50 @@ def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named()
     assert watch and watch[0]['result'].startswith('came back after') and 'PID 20' in watch[0]['result']
     assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
     assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']
+
+
+class _Lists(object):
+    """The driver's process lists, as the ladder reads them while it waits for SIGKILLed ranks."""
+
+    def __init__(self, listed):
+        self.listed = listed
+        self.asked = []
+
+    def listed_pids(self, indices, timeout):
+        self.asked.append(indices)
+        return self.listed
+
+
+class _ListsSurveyor(object):
+    nvml_timeout = 10
+    proc = '/proc'
+
+    def __init__(self, listed):
+        self.backend = _Lists(listed)
+
+
+@pytest.mark.skipif(not hasattr(os, 'pidfd_open'), reason='this Python (before 3.9) has no os.pidfd_open')
+def test_a_sigkilled_holder_is_released_once_unlisted_and_exiting_and_never_before():
+    """On a real process: released only when the driver no longer lists it and every one of its
+    threads is exiting; never while it runs, while it is listed, when the driver never listed
+    it, with peers, or once the driver did not answer (the wait is then for its end)."""
+    rank = slow_exit()
+    try:
+        holder = {'pid': rank.pid, 'start_time': observe.read_stat(rank.pid).start_time,
+                  'evidence': ['fd', 'mmap', 'nvml'], 'context_gpus': [3], 'peer_gpus': []}
+        unlisted = Ladder(_ListsSurveyor(set([4242])), actor=ScriptedActor())
+        assert unlisted._released([holder]) == set()          # alive: not exiting
+        assert unlisted.surveyor.backend.asked == [[3]]
+        os.kill(rank.pid, signal.SIGKILL)
+        assert act.wait_for(lambda: observe.exiting(rank.pid, holder['start_time']), 10, first_interval=0.001)[0]
+        assert not exited(rank)
+        assert Ladder(_ListsSurveyor(set([rank.pid])), actor=ScriptedActor())._released([holder]) == set()
+        assert Ladder(_ListsSurveyor(set()), actor=ScriptedActor(), peers=True)._released([holder]) == set()
+        unseen = dict(holder, evidence=['fd', 'mmap'])
+        assert Ladder(_ListsSurveyor(set()), actor=ScriptedActor())._released([unseen]) == set()
+        silent = Ladder(_ListsSurveyor(None), actor=ScriptedActor())
+        assert silent._released([holder]) == set() and silent._released([holder]) == set()
+        assert silent.surveyor.backend.asked == [[3]]         # asked once, then no more
+        assert unlisted._released([holder]) == set([rank.pid]) and unlisted.released == set([rank.pid])
+    finally:
+        end(rank)
