@@ -212,10 +212,6 @@ def _unit_inactive(unit, manager=gpu_owner.SYSTEM_MANAGER, keywords=None):
     return state in ('inactive', 'failed', 'unknown') or (code != 0 and state not in ('deactivating', 'active'))
 
 
-def _seconds(value):
-    return '%.2f s' % value
-
-
 def _as_user(supervisor):
     """subprocess keywords that run a user's supervisor CLI (pm2) as that user, with its home."""
     import pwd
