@@ -23,12 +23,13 @@ import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
     ProcessGone, read_identity, supervisor_status, user_manager_call)
 
-SENT, GONE, REUSED, REFUSED = 'sent', 'gone', 'reused', 'refused'
+# A signal's outcome (gpu_lever's step codes; REFUSED is the word every refusal's result begins with).
+SENT, GONE, REUSED, REFUSED = gpu_lever.SENT, gpu_lever.GONE, gpu_lever.REUSED, 'refused'
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT',
                 signal.SIGSTOP: 'SIGSTOP'}
 # Every command this module runs is bounded; systemctl answers in milliseconds when healthy.
@@ -52,7 +53,7 @@ class Action(object):
         self.details = details
 
     def as_result(self):
-        entry = {'step': self.what, 'target': self.target, 'result': self.result,
+        entry = {'step': self.what, 'target': self.target, 'result': _text(self.result),
                  'changed': self.changed, 'at_s': self.at_s}
         if self.took_s is not None:
             entry['took_s'] = self.took_s
@@ -60,14 +61,20 @@ class Action(object):
         return entry
 
 
+def _text(result):
+    """A result as plain text (a gpu_say.Said is one, with its code)."""
+    return str(result) if isinstance(result, str) else result
+
+
 def signal_refusal(pid, start_time, never=frozenset()):
-    """Why PID must not be signalled now ('gone', 'reused', 'refused: ...'), or None."""
+    """Why PID must not be signalled now: GONE, REUSED or a gpu_lever.SIGNAL_REFUSALS code, or
+    None."""
     if not isinstance(pid, int) or pid <= 1:
-        return '%s: PID %r is never signalled' % (REFUSED, pid)
+        return gpu_lever.PID_NEVER
     if pid == os.getpid() or pid in never:
-        return '%s: PID %d is protected' % (REFUSED, pid)
+        return gpu_lever.PID_PROTECTED
     if start_time is None:
-        return '%s: PID %d has no recorded start time' % (REFUSED, pid)
+        return gpu_lever.NO_START_TIME
     try:
         identity = read_identity(pid)
     except ProcessGone:
@@ -82,9 +89,15 @@ def signal_refusal(pid, start_time, never=frozenset()):
 def send_signal(pid, start_time, signum, never=frozenset()):
     """Signal PID only if it is still the process first seen with `start_time`.
 
-    Returns 'sent', 'gone' (exited), 'reused' (another process has the PID now) or
-    'refused: <why>' (a PID this module must never signal).
+    Returns a gpu_say.Said whose `code` is SENT, GONE (exited), REUSED (another process has the
+    PID now) or a gpu_lever.SIGNAL_REFUSALS code (a PID this module must never signal, or may
+    not as this user); its text is 'sent', 'gone', 'reused' or 'refused: <why>'.
     """
+    return say.step(signal_code(pid, start_time, signum, never), pid=pid)
+
+
+def signal_code(pid, start_time, signum, never=frozenset()):
+    """send_signal's code."""
     pidfd = None
     if hasattr(os, 'pidfd_open') and isinstance(pid, int) and pid > 1:
         try:
@@ -108,7 +121,7 @@ def send_signal(pid, start_time, signum, never=frozenset()):
             return GONE
         except PermissionError:
             # Another user's process and this module is not root: no other lever from here.
-            return '%s: not permitted to signal PID %d as this user: %s' % (REFUSED, pid, RUN_AS_ROOT)
+            return gpu_lever.NOT_PERMITTED
         return SENT
     finally:
         if pidfd is not None:
@@ -199,10 +212,6 @@ def _unit_inactive(unit, manager=gpu_owner.SYSTEM_MANAGER, keywords=None):
     return state in ('inactive', 'failed', 'unknown') or (code != 0 and state not in ('deactivating', 'active'))
 
 
-def _seconds(value):
-    return '%.2f s' % value
-
-
 def _as_user(supervisor):
     """subprocess keywords that run a user's supervisor CLI (pm2) as that user, with its home."""
     import pwd
@@ -232,27 +241,27 @@ class HostActor(object):
         """
         rc, out = run_command(gpu_lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'stop', unit), timeout=SYSTEMCTL_TIMEOUT_S)
         if rc != 0:
-            return 'failed: %s' % out, False
+            return say.step(gpu_lever.STOP_FAILED, output=out), False
         done, waited = wait_for(lambda: _unit_inactive(unit), timeout, clock=self.clock)
         if done:
-            return 'stopped in %s' % _seconds(waited), True
-        return 'stopping (still deactivating after %ss)' % timeout, True
+            return say.step(gpu_lever.UNIT_STOPPED, waited=waited), True
+        return say.step(gpu_lever.UNIT_STOPPING, timeout=timeout), True
 
     def stop_user_unit(self, uid, unit, timeout):
         """Stop a unit of user `uid`'s own manager, as that user (`systemctl --user stop`, her
         manager's private socket: gpu_observe.user_manager_call), polled like stop_unit."""
         call = user_manager_call(uid)
         if call is None:
-            return 'failed: the manager of user %s does not run' % uid, False
+            return say.step(gpu_lever.MANAGER_NOT_RUNNING, uid=uid), False
         rc, out = run_command(gpu_lever.unit_argv(gpu_owner.USER_MANAGER, 'stop', unit),
                               timeout=SYSTEMCTL_TIMEOUT_S, **call[1])
         if rc != 0:
-            return 'failed: %s' % out, False
+            return say.step(gpu_lever.STOP_FAILED, output=out), False
         done, waited = wait_for(lambda: _unit_inactive(unit, gpu_owner.USER_MANAGER, call[1]), timeout,
                                 clock=self.clock)
         if done:
-            return 'stopped in %s through the manager of user %s' % (_seconds(waited), uid), True
-        return 'stopping (still deactivating after %ss)' % timeout, True
+            return say.step(gpu_lever.UNIT_STOPPED, waited=waited, uid=uid), True
+        return say.step(gpu_lever.UNIT_STOPPING, timeout=timeout), True
 
     @staticmethod
     def stop_container(owner, grace):
@@ -264,9 +273,11 @@ class HostActor(object):
         """
         argv = gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
         if not argv:
-            return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
+            return say.step(gpu_lever.NO_STOP, runtime=owner['runtime']), False
         rc, out = run_command(argv, timeout=grace + 30)
-        return ('stopped', True) if rc == 0 else ('failed (rc=%d): %s' % (rc, out), False)
+        if rc == 0:
+            return say.step(gpu_lever.CONTAINER_STOPPED), True
+        return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
 
     def stop_supervised(self, owner, holders, grace, status_timeout):
         """Stop one program through its own supervisor (gpu_supervisor's row: `supervisorctl
@@ -284,7 +295,7 @@ class HostActor(object):
         said = ' '.join(stop)
         if rc in (124, 127):
             code = supervisors.CLI_TIMEOUT if rc == 124 else supervisors.CLI_MISSING
-            return ('failed: %s' % out, False, {'code': code, 'text': '`%s`: %s' % (said, out)})
+            return (say.step(gpu_lever.STOP_FAILED, output=out), False, {'code': code, 'text': '`%s`: %s' % (said, out)})
         if rc != 0 and row['kill']:
             run_command(supervisors.argv(owner['runtime'], 'kill', sup, owner['id']), timeout=bound, **as_user)
         state = {}
@@ -307,10 +318,10 @@ class HostActor(object):
 
         _done, waited = wait_for(down, bound, clock=self.clock)
         if state.get('error'):
-            return 'failed: %s' % state['error']['text'], rc == 0, state['error']
+            return say.step(gpu_lever.STOP_FAILED, output=state['error']['text']), rc == 0, state['error']
         if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']):
             text = '`%s` (rc=%d: %s) and the program is not down after %ss' % (said, rc, out[-200:], bound)
-            return 'failed: %s' % text, rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
+            return say.step(gpu_lever.STOP_FAILED, output=text), rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
         # Stays down: its supervisor's word (down by request) is checked against what it does.
         back, watched = wait_for(lambda: read() is None or supervisors.running_pid(
             owner['runtime'], state['entries'], owner['id']), supervisors.STAY_DOWN_S, clock=self.clock)
@@ -318,13 +329,11 @@ class HostActor(object):
             pid = supervisors.running_pid(owner['runtime'], state.get('entries'), owner['id'])
             text = ('it started the program again (PID %s) %.2f s after it read down' % (pid, watched)
                     if pid else (state.get('error') or {}).get('text', 'its status failed'))
-            return 'failed: %s' % text, True, {'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED,
-                                               'text': text}
+            return say.step(gpu_lever.STOP_FAILED, output=text), True, {
+                'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED, 'text': text}
         left = self.alive(holders)
-        return ('stopped in %s (`%s`); down by its supervisor\'s word, still down %s later%s'
-                % (_seconds(waited), said, _seconds(watched),
-                   '; PID %s outlived it (signalled next)' % ', '.join(str(h['pid']) for h in left) if left else ''),
-                True, None)
+        return (say.step(gpu_lever.SUPERVISED_STOPPED, waited=waited, command=said, watched=watched,
+                         left=[h['pid'] for h in left]), True, None)
 
     @staticmethod
     def start_scope(scope, pids, stop_timeout, description):
@@ -339,14 +348,16 @@ class HostActor(object):
                  'TimeoutStopUSec', 't', '%d' % int(stop_timeout * 1000000),
                  'PIDs', 'au', '%d' % len(pids)] + ['%d' % pid for pid in pids] + ['0'])
         rc, out = run_command(argv, timeout=SYSTEMCTL_TIMEOUT_S)
-        return ('started', True) if rc == 0 else ('failed (rc=%d): %s' % (rc, out), False)
+        if rc == 0:
+            return say.step(gpu_lever.SCOPE_STARTED), True
+        return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
 
     def signal(self, holder, signum, never):
         """(result, changed) of sending `signum` to the holder, re-identified first."""
         result = send_signal(holder['pid'], holder['start_time'], signum, never)
-        if result == SENT and signum == signal.SIGKILL:
+        if result.code == SENT and signum == signal.SIGKILL:
             self.killed.add((holder['pid'], holder['start_time']))
-        return result, result == SENT
+        return result, result.code == SENT
 
     @staticmethod
     def alive(holders):
@@ -432,7 +443,9 @@ class HostActor(object):
     def run(argv, timeout):
         """(result, changed) of one command that changes the host (a reset step)."""
         rc, out = run_command(argv, timeout)
-        return ('ok' if rc == 0 else 'failed (rc=%d): %s' % (rc, out)), rc == 0
+        if rc == 0:
+            return say.step(gpu_lever.COMMAND_OK), True
+        return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
 
     @staticmethod
     def state_of(holder):
@@ -459,38 +472,38 @@ class RecordingActor(object):
 
     @staticmethod
     def stop_unit(unit, timeout):
-        return 'would stop it (waiting up to %ss)' % timeout, True
+        return say.step(gpu_lever.WOULD_STOP_UNIT, timeout=timeout), True
 
     @staticmethod
     def stop_user_unit(uid, unit, timeout):
-        return 'would stop it through the manager of user %s (waiting up to %ss)' % (uid, timeout), True
+        return say.step(gpu_lever.WOULD_STOP_UNIT, timeout=timeout, uid=uid), True
 
     def stop_supervised(self, owner, holders, grace, status_timeout):
         self.ended.update((h['pid'], h['start_time']) for h in holders)
-        return 'would run `%s`' % ' '.join(supervisors.argv(owner['runtime'], 'stop', owner['supervisor'],
-                                                            owner['id'], grace)), True, None
+        return say.step(gpu_lever.WOULD_STOP_SUPERVISED, argv=supervisors.argv(
+            owner['runtime'], 'stop', owner['supervisor'], owner['id'], grace)), True, None
 
     @staticmethod
     def stop_container(owner, grace):
         if not gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
-            return 'refused: %s containers are never stopped by this module' % owner['runtime'], False
-        return 'would stop it (grace %ss)' % grace, True
+            return say.step(gpu_lever.NO_STOP, runtime=owner['runtime']), False
+        return say.step(gpu_lever.WOULD_STOP_CONTAINER, grace=grace), True
 
     def signal(self, holder, signum, never):
         key = (holder['pid'], holder['start_time'])
         refusal = signal_refusal(holder['pid'], holder['start_time'], never)
         if refusal:
-            return refusal, False
+            return say.step(refusal, pid=holder['pid']), False
         if key in self.ended:
-            return GONE, False
+            return say.step(GONE), False
         name = SIGNAL_NAMES.get(signum, str(signum))
         if signum == signal.SIGKILL:
             self.ended.add(key)
             if key in self.termed:
-                return 'would send %s if it outlives SIGTERM' % name, True
+                return say.step(gpu_lever.WOULD_KILL_AFTER_TERM, signal=name), True
         if signum == signal.SIGTERM:
             self.termed.add(key)
-        return 'would send %s' % name, True
+        return say.step(gpu_lever.WOULD_SIGNAL, signal=name), True
 
     def alive(self, holders):
         live = [h for h in holders if (h['pid'], h['start_time']) not in self.ended]
@@ -506,7 +519,7 @@ class RecordingActor(object):
 
     @staticmethod
     def run(argv, timeout):
-        return 'would run %s' % ' '.join(argv), True
+        return say.step(gpu_lever.WOULD_RUN, argv=argv), True
 
     @staticmethod
     def state_of(holder):

@@ -35,7 +35,7 @@ import os
 import signal
 import time
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act, gpu_observe, gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act, gpu_lever, gpu_observe, gpu_owner
 
 # Why a process is not adopted (codes; sentences in `sentence`).
 NEVER = 'never'          # PID 0 or 1, or this module's own tree
@@ -258,9 +258,9 @@ class Adoption(object):
                 continue
             at = self._at()
             result = gpu_act.send_signal(pid, start, signal.SIGKILL, never=self.own_tree)
-            self._record('adopt_sigkill', pid, result, result == gpu_act.SENT, at, unit=scope,
+            self._record('adopt_sigkill', pid, result, result.code == gpu_act.SENT, at, unit=scope,
                          reason='its SigIgn holds SIGTERM')
-            if result == gpu_act.SENT:
+            if result.code == gpu_act.SENT:
                 self.out['killed_at_once'].append({'pid': pid, 'at_s': at})
         if self.out['killed_at_once']:
             gpu_act.wait_for(lambda: not self._alive(), KILLED_S, clock=self.clock, max_interval=gpu_act.FAST_POLL_S)
@@ -269,10 +269,13 @@ class Adoption(object):
                 self.out['stopped'] = True
                 return
         at = self._at()
-        result, _changed = self.actor.stop_unit(scope, self.stop_timeout + 30)
+        result, changed = self.actor.stop_unit(scope, self.stop_timeout + 30)
         self._record('stop_scope', scope, result, True, at, round(self._at() - at, 3))
+        # The stop's code (gpu_act's result is a gpu_say.Said), never its words: an actor that
+        # answers in plain text (a test double) says only whether it stopped the scope.
+        code = getattr(result, 'code', gpu_lever.UNIT_STOPPED if changed else gpu_lever.STOP_FAILED)
         # A scope whose last member died meanwhile is gone before the stop: stopped all the same.
-        self.out['stopped'] = result.startswith('stopped') or not self._alive()
+        self.out['stopped'] = code == gpu_lever.UNIT_STOPPED or not self._alive()
         if not self.out['stopped']:
             self.out['error'] = 'systemctl stop %s: %s' % (scope, result)
 

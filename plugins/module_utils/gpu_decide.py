@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import copy
 import os
 import re
@@ -19,8 +20,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 
 # Processes whose death hurts the host more than a held GPU (display servers, schedulers, MPI),
 # whatever the GPU vendor; the vendor's own daemons come from its backend (snapshot.infrastructure).
@@ -37,6 +36,8 @@ PROTECTED_UNIT_PATTERN = re.compile(
     r'containerd|docker)\.service$')
 CONTAINER_INIT = say.CONTAINER_INIT
 POD_PROTECTED = say.POD_PROTECTED
+# A decision's code with the facts its sentence names (gpu_say writes it).
+Finding = collections.namedtuple('Finding', 'code facts')
 # A PID above the kernel's hard limit (4194304) or 0 comes from mismatched driver bindings.
 PID_MAX_LIMIT = 4194304
 
@@ -205,8 +206,10 @@ def uncharged_gpus(gpus, selected, free_threshold_mib):
     return found
 
 
-def full_scan_reason(snapshot, selected, free_threshold_mib):
-    """Why a snapshot that read only the processes NVML lists is not enough, or None.
+def full_scan_code(snapshot, selected, free_threshold_mib):
+    """Why a snapshot that read only the processes NVML lists is not enough: a Finding (gpu_lever's
+    LISTED_HOLDS_NOTHING, NO_MEMORY_GIVEN, UNCHARGED_MEMORY, with the GPU and the PID or the
+    MiB), or None.
 
     It is enough when NVML charges every used MiB of each selected GPU, beyond what
     free_threshold_mib and the driver's own share of each context allow (uncharged_allowance_mib),
@@ -222,13 +225,19 @@ def full_scan_reason(snapshot, selected, free_threshold_mib):
         for pid, mib in gpu.processes:
             proc = snapshot.procs.get(pid)
             if proc is None or proc.state in ('zombie', 'zombie-leader') or not (proc.dev_fds or proc.dev_maps):
-                return 'GPU %d: NVML lists PID %d, which holds nothing here' % (gpu.index, pid)
+                return Finding(lever.LISTED_HOLDS_NOTHING, {'gpu': gpu.index, 'pid': pid})
             if mib is None:
-                return 'GPU %d: NVML gives no memory for PID %d' % (gpu.index, pid)
+                return Finding(lever.NO_MEMORY_GIVEN, {'gpu': gpu.index, 'pid': pid})
             charged += mib
         if gpu.used_mib - charged > uncharged_allowance_mib(gpu, free_threshold_mib):
-            return 'GPU %d: %d MiB used, %d MiB charged to processes' % (gpu.index, gpu.used_mib, charged)
+            return Finding(lever.UNCHARGED_MEMORY, {'gpu': gpu.index, 'used_mib': gpu.used_mib, 'charged_mib': charged})
     return None
+
+
+def full_scan_reason(snapshot, selected, free_threshold_mib):
+    """The sentence of full_scan_code (gpu_say.full_scan), or None. The ladder reads the code;
+    this stays for the tests that read the sentence."""
+    return say.full_scan(full_scan_code(snapshot, selected, free_threshold_mib))
 
 
 def context_gpus_of(evidence, listed, orphaned):
@@ -447,17 +456,14 @@ def spared_mib(gpu, spared_pids):
     return sum(mib or 0 for pid, mib in gpu.processes if pid in spared_pids)
 
 
-def _who(holder):
-    return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
+def findings(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind=False):
+    """Everything an operator could not see in a process list, as Findings (gpu_lever's diagnosis
+    codes, with the facts each sentence names); gpu_say.diagnosis writes them.
 
-
-def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
-    """Plain sentences for everything an operator could not see in a process list.
-
-    `blind_sentence` (gpu_access): this module cannot read other users' processes. It comes
-    first, and memory nobody visible holds is then never blamed on a leak (no reset advice).
+    `blind` (gpu_access): this module cannot read other users' processes; memory nobody visible
+    holds is then never blamed on a leak (no reset advice).
     """
-    sentences = [blind_sentence] if blind_sentence else []
+    found = []
     selected = set(row['index'] for row in rows)
     missing = set(snapshot.nvml_missing_pids)
     for gpu in snapshot.gpus:
@@ -470,99 +476,61 @@ def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
         impossible = [(pid, mib) for pid, mib in gone if pid <= 0 or pid > PID_MAX_LIMIT]
         unresolved = [(pid, mib) for pid, mib in gone if (pid, mib) not in impossible]
         for pid, mib in impossible:
-            sentences.append('GPU %d: NVML reports impossible PID %d (%s MiB): the nvidia-ml-py '
-                             'bindings do not match the driver; such a PID is never signalled.'
-                             % (gpu.index, pid, mib))
+            found.append(Finding(lever.IMPOSSIBLE_PID, {'gpu': gpu.index, 'pid': pid, 'mib': mib}))
         inheritors = [h for h in contexts if 'nvml' not in h['evidence']]
         mappers = peers.peers_of_gpu(holders, gpu.index)
         for pid, mib in unresolved:
             if mappers:
                 continue  # explained below: the memory is peer memory of a live process
-            if blind_sentence:
-                sentences.append(
-                    'GPU %d: NVML lists PID %d (%s MiB), which this module cannot see: %s.'
-                    % (gpu.index, pid, mib, RUN_AS_ROOT))
+            facts = {'gpu': gpu.index, 'pid': pid, 'mib': mib}
+            if blind:
+                found.append(Finding(lever.LISTED_UNSEEN, facts))
             elif inheritors:
-                sentences.append(
-                    'GPU %d: NVML charges %s MiB to PID %d, which has exited; %s still '
-                    'map%s the device (inherited from it), so the memory stays until %s.'
-                    % (gpu.index, mib, pid, ', '.join(_who(h) for h in inheritors),
-                       's' if len(inheritors) == 1 else '',
-                       'that process exits' if len(inheritors) == 1 else 'they exit'))
+                found.append(Finding(lever.LISTED_EXITED, dict(facts, inheritors=inheritors)))
             else:
-                sentences.append(
-                    'GPU %d: NVML lists PID %d (%s MiB) but no such process exists in this PID '
-                    'namespace: it runs in another namespace (a container or its host) and must be '
-                    'stopped from there, or it died with a context still pinned (reset or reboot).'
-                    % (gpu.index, pid, mib))
+                found.append(Finding(lever.LISTED_MISSING, facts))
         if mappers:
-            sentences.extend(peers.peer_sentences(holders, [row]))
-        elif not row['free'] and not contexts and not gone and gpu.used_mib > 0 and blind_sentence:
-            sentences.append('GPU %d: %d MiB used with no process visible to this module: %s to see '
-                             'its holders.' % (gpu.index, gpu.used_mib, RUN_AS_ROOT))
+            found.extend(Finding(lever.PEER_MEMORY, {'row': row, 'holder': holder})
+                         for row, holder in peers.peer_mappers(holders, [row]))
         elif not row['free'] and not contexts and not gone and gpu.used_mib > 0:
-            sentences.append(
-                'GPU %d: %d MiB used with no process visible here: either processes in another PID '
-                'namespace hold it (run this on the host that owns them, e.g. the node around this '
-                'container) or a context leaked in the driver (reset the GPU or reboot).'
-                % (gpu.index, gpu.used_mib))
+            found.append(Finding(lever.MEMORY_UNSEEN if blind else lever.MEMORY_UNEXPLAINED,
+                                 {'gpu': gpu.index, 'used_mib': gpu.used_mib}))
     for entry in unconfirmed:
-        sentences.append(
-            'NVML lists PID %d on GPU %s, but PID %d here (%s) holds no NVIDIA device: the PID comes '
-            'from another PID namespace or was reused; it is not treated as a holder.'
-            % (entry['pid'], ','.join(str(i) for i in entry['gpus']), entry['pid'], escape_text(entry['name'])))
+        found.append(Finding(lever.UNCONFIRMED_PID, entry))
     for holder in holders:
         if not set(holder['gpus']) & selected:
             continue
         if holder['state'] == 'disk-sleep':
-            sentences.append(
-                '%s is in uninterruptible sleep (D%s): signals take effect only when the kernel '
-                'call returns; if it stays, the GPU needs a reset or the host a reboot.'
-                % (_who(holder), ', wchan %s' % escape_text(holder['wchan']) if holder['wchan'] else ''))
+            found.append(Finding(lever.DISK_SLEEP, holder))
         elif holder['state'] == 'zombie' and not any(
                 'nvml' not in h['evidence'] and set(h['context_gpus']) & set(holder['gpus'])
                 for h in holders):
-            sentences.append(
-                '%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; '
-                'stop or restart that parent.'
-                % (_who(holder), holder['ppid'], escape_text(holder['parent_name']) or 'unknown'))
+            found.append(Finding(lever.ZOMBIE, holder))
         elif holder['tracer_pid']:
-            sentences.append(
-                '%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; '
-                'SIGKILL still ends it (gpu_reclaim sends it without waiting out the grace when it is '
-                'stopped), or detach the tracer.'
-                % (_who(holder), holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown',
-                   ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
+            found.append(Finding(lever.TRACED, holder))
         elif holder['state'] == 'stopped':
-            sentences.append(
-                '%s is stopped (SIGSTOP, state T): it acts on SIGTERM only once continued; gpu_reclaim '
-                'sends SIGCONT right after SIGTERM.' % _who(holder))
+            found.append(Finding(lever.STOPPED, holder))
         elif holder['state'] == 'zombie-leader':
-            sentences.append(
-                '%s is a zombie leader: its main thread exited while its other threads still hold '
-                'the GPU, so no parent can reap it; a signal to the PID ends the whole thread group.'
-                % _who(holder))
+            found.append(Finding(lever.ZOMBIE_LEADER, holder))
         if holder['unit'] and holder['unit_restart'] not in (None, 'no') and holder['pid'] not in spared_pids:
-            sentences.append(
-                '%s belongs to %s with Restart=%s: killing it brings it back; stop the unit '
-                '(stop_units: true).' % (_who(holder), holder['unit'], holder['unit_restart']))
-        if set(holder['context_gpus']) & selected:
-            said = owner_lever(holder)
-            if said:
-                sentences.append('%s holds GPU %s: %s.' % (
-                    _who(holder), ','.join(str(i) for i in holder['context_gpus']), said))
+            found.append(Finding(lever.UNIT_RESTARTS, holder))
+        if set(holder['context_gpus']) & selected and lever.by_hand(holder) is not None:
+            found.append(Finding(lever.OWNER_LEVER, holder))
         if holder['other_pid_namespace'] and not holder['protected']:
-            sentences.append('%s runs in another PID namespace (a container) than this module.'
-                             % _who(holder))
-    if snapshot.unreadable and not blind_sentence:
+            found.append(Finding(lever.OTHER_PID_NAMESPACE, holder))
+    if snapshot.unreadable and not blind:
         # Not blind means this module holds CAP_SYS_PTRACE: "run as root" would be the wrong
         # lever (seen on a real H200 VM whose sandbox init refuses even root).
-        pids = sorted(set(entry[0] for entry in snapshot.unreadable))
-        sentences.append('Could not read the fds or maps of %d process(es) (%s) although this module '
-                         'may read every process: a security policy (AppArmor, SELinux, Yama, a '
-                         'sandbox) refuses it; a GPU holder among them is not seen here.'
-                         % (len(pids), ', '.join(str(p) for p in pids[:10])))
-    return sentences
+        found.append(Finding(lever.UNREADABLE, {'pids': sorted(set(entry[0] for entry in snapshot.unreadable))}))
+    return found
+
+
+def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
+    """Plain sentences for everything an operator could not see in a process list: findings,
+    written by gpu_say.diagnosis (`blind_sentence`, gpu_access's, first). The Surveyor calls
+    those two; this stays for the tests that read the sentences."""
+    return say.diagnosis(findings(snapshot, holders, unconfirmed, rows, spared_pids, bool(blind_sentence)),
+                         blind_sentence)
 
 
 def holder_matches(holder, match_patterns):

@@ -27,7 +27,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 
@@ -203,13 +202,13 @@ class Surveyor(object):
 
     def survey(self, deep=False, full=True):
         """Observe and classify. With `full` false, only the processes NVML lists are read when
-        that explains every used MiB of the selected GPUs (gpu_decide.full_scan_reason); every
+        that explains every used MiB of the selected GPUs (gpu_decide.full_scan_code); every
         process is read otherwise. Handles, clients and peers need `full`."""
         snapshot = observe.take_snapshot(self.backend, self.nvml_timeout, proc=self.proc, deep=deep,
                                          listed_only=not full, deep_when=self._uncharged)
         if snapshot.scan == 'listed':
             selected = decide.resolve_gpus(self.requested, snapshot.gpus, self.exclude)
-            if decide.full_scan_reason(snapshot, selected, self.free_threshold_mib):
+            if decide.full_scan_code(snapshot, selected, self.free_threshold_mib):
                 return self.survey(deep=deep, full=True)
         texts = set()
         for proc in snapshot.procs.values():
@@ -248,8 +247,9 @@ class Surveyor(object):
     def _survey(self, snapshot, selected, holders, clients, unconfirmed, spared):
         spared_pids = frozenset(h['pid'] for h in spared)
         rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
-        diagnosis = decide.diagnose(snapshot, holders, unconfirmed, rows, spared_pids,
-                                    self.access.sentence())
+        blind_sentence = self.access.sentence()
+        diagnosis = say.diagnosis(decide.findings(snapshot, holders, unconfirmed, rows, spared_pids,
+                                                  bool(blind_sentence)), blind_sentence)
         return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis, spared)
 
     def without(self, survey, ended):
@@ -604,7 +604,7 @@ class Ladder(object):
                 break
             if attempt > 0:
                 self._record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
-                                        'found %d holder(s) left or new' % len(targets), False,
+                                        say.step(lever.RESCAN_FOUND, count=len(targets)), False,
                                         pids=[t['pid'] for t in targets]))
             self._watch_parents(targets)
             self._escalate(targets, protected_units)
@@ -679,15 +679,14 @@ class Ladder(object):
         back, waited = self.actor.wait_until(came_back, GUEST_RESPAWN_WATCH_S)
         watched = sorted(u[1] for u in units)
         if not back:
-            self._record(act.Action('watch_respawn', ', '.join(watched), 'nothing came back within %.1f s'
-                                    % waited, False, guest_units=watched), since)
+            self._record(act.Action('watch_respawn', ', '.join(watched), say.step(lever.GUEST_NOT_BACK, waited=waited),
+                                    False, guest_units=watched), since)
             return seen['survey']
         again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
         self.watch.guest_units |= set(_guest_unit(h) for h in again)
         self._claimed(seen['survey'])
-        named = ', '.join('PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in again)
-        self._record(act.Action('watch_respawn', ', '.join(watched), 'came back after %.1f s: %s' % (
-            waited, named), False, guest_units=watched), since)
+        self._record(act.Action('watch_respawn', ', '.join(watched), say.step(lever.GUEST_BACK, waited=waited, holders=again),
+                                False, guest_units=watched), since)
         return seen['survey']
 
     def _stop_containers(self, survey, protected_ids):
@@ -799,10 +798,9 @@ class Ladder(object):
             took = self.clock() - since
             alive = self.watch.parents.watched()
             if alive:
-                result = 'no respawn within %s (the bound); alive, not signalled: PID %s' % (
-                    _seconds(respawn.WATCH_S), ', '.join(str(p) for p in alive))
+                result = say.step(lever.SETTLE_BOUND, bound=respawn.WATCH_S, alive=alive)
             else:
-                result = 'no respawn: none of them alive after %s' % _seconds(took)
+                result = say.step(lever.SETTLE_NONE_ALIVE, took=took)
             self._record(act.Action('settle', 'PID %s' % ', '.join(str(p) for p in watched), result, False,
                                     pids=watched, watched_s=round(took, 3), bound_s=respawn.WATCH_S), since)
         return bool(found)
@@ -820,15 +818,13 @@ class Ladder(object):
             return
         holds_gpu = any(h['pid'] == pid for h in survey.holders)
         refusal = lever.respawner_lever(parent, self.match, holds_gpu).refusal
-        why = say.respawner_refusal(parent, refusal)
-        what = 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
-            ', '.join(str(p) for p in sorted(entry.ended)), ', '.join(str(p) for p in new_pids),
-            self.clock() - entry.since)
+        back = {'ended': entry.ended, 'new_pids': new_pids, 'after_s': self.clock() - entry.since}
         if refusal:
-            self.watch.respawners.append(dict(parent, reason=why, respawned=what))
-            result = '%s; not signalled: %s' % (what, why)
+            self.watch.respawners.append(dict(parent, reason=say.respawner_refusal(parent, refusal),
+                                              respawned=say.came_back(**back)))
+            result = say.step(lever.RESPAWNER_REFUSED, back=back, parent=parent, refusal=refusal)
         else:
-            result = '%s; the %s becomes the target' % (what, respawn.kinship(entry.depth))
+            result = say.step(lever.RESPAWNER_TARGET, back=back, depth=entry.depth)
         self._record(act.Action('respawn', _who(parent), result, False, pid=pid, name=parent['name'],
                                 pids=list(new_pids)))
         if not refusal:
@@ -1033,21 +1029,20 @@ class Ladder(object):
             unseen = []
         if not hopeful:
             restarting = self.watch.guest_units
-            why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), say.held(h, _held_code(h, self.unreachable, restarting)))
-                                                    for h in kept)) for index, kept in sorted(blocked.items())]
-            why += ['GPU %d: memory held by no visible process and not falling' % index for index in unseen]
+            held = [(index, [(h, _held_code(h, self.unreachable, restarting)) for h in kept])
+                    for index, kept in sorted(blocked.items())]
             self._record(act.Action('wait_release', 'GPU %s' % _indices(selected),
-                                    'not waited: nothing left that could free it (%s)' % '; '.join(why),
+                                    say.step(lever.NOT_WAITED, blocked=held, unseen=unseen),
                                     False, gpus=selected, waited_s=0.0))
             return survey
         back, waited = self.actor.wait_until(lambda: self.surveyor.memory_back(hopeful, spared),
                                              self.release_timeout)
         if self.actor.recording:
-            result = 'would wait up to %ss for the memory' % self.release_timeout
+            result = say.step(lever.WOULD_WAIT, timeout=self.release_timeout)
         elif back:
-            result = 'memory back after %s' % _seconds(waited)
+            result = say.step(lever.MEMORY_BACK, waited=waited)
         else:
-            result = 'memory still held after %.1f s' % waited
+            result = say.step(lever.MEMORY_HELD, waited=waited)
         self._record(act.Action('wait_release', 'GPU %s' % _indices(hopeful), result, False,
                                 gpus=hopeful, waited_s=round(waited, 3)))
         return self._look()
@@ -1069,8 +1064,8 @@ class Ladder(object):
             target = 'GPU %d' % row['index']
             users = [h for h in survey.holders if row['index'] in h['gpus']]
             if users:
-                self._record(act.Action('reset', target, 'skipped: PIDs %s still use the device'
-                                        % ', '.join(str(h['pid']) for h in users), False, gpu=row['index']))
+                self._record(act.Action('reset', target, say.step(lever.RESET_SKIPPED, pids=[h['pid'] for h in users]),
+                                        False, gpu=row['index']))
                 continue
             for what, argv in self.surveyor.backend.reset_commands(row['index'], row['persistence_mode']):
                 since = self.clock()
@@ -1105,8 +1100,7 @@ class Ladder(object):
             'spared': first.spared,
             'remaining': [],
             'diagnosis': first.diagnosis,
-            'msg': '%s The ladder had taken %d action(s) before that (see actions); the GPUs were '
-                   'not verified.' % (exc, len(self.actions)),
+            'msg': say.interrupted(exc, len(self.actions)),
         })
         return result
 
@@ -1128,7 +1122,7 @@ class Ladder(object):
                 peer_held = sorted(held & set(h['peer_gpus']))
                 if peer_held:
                     remaining.append(dict(h, reason=say.remaining(decide.PEER_MEMORY, peer_held),
-                                          lever=gpu_peers.peer_lever(h, peer_held[0]), reason_code=decide.PEER_MEMORY))
+                                          lever=say.peer_lever(h, peer_held[0]), reason_code=decide.PEER_MEMORY))
                 else:
                     remaining.append(dict(h, reason=say.remaining(decide.DEVICE_OPEN), reason_code=decide.DEVICE_OPEN))
         for parent in self.watch.respawners:

@@ -73,6 +73,75 @@ TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on S
 EXITED = 'exited'                          # its process ended
 RELEASED = 'released'                      # SIGKILLed: its context is released, its exit goes on
 
+# What the diagnosis names that a process list does not show (gpu_decide.findings: each a
+# Finding(code, facts); gpu_say.finding writes the sentence). PEER_MEMORY, ZOMBIE as above.
+IMPOSSIBLE_PID = 'impossible_pid'          # NVML lists a PID <= 0 or above the kernel's limit
+LISTED_UNSEEN = 'listed_unseen'            # NVML lists a PID this module cannot see (blind)
+LISTED_EXITED = 'listed_exited'            # charged to an exited PID whose children map the device
+LISTED_MISSING = 'listed_missing'          # NVML lists a PID no process here has
+MEMORY_UNSEEN = 'memory_unseen'            # memory used, no process visible to this module (blind)
+MEMORY_UNEXPLAINED = 'memory_unexplained'  # memory used, no process visible here
+UNCONFIRMED_PID = 'unconfirmed_pid'        # NVML's PID is a process here holding no device
+DISK_SLEEP = 'disk_sleep'                  # a holder in uninterruptible sleep
+TRACED = 'traced'                          # a holder under a tracer
+STOPPED = 'stopped'                        # a holder stopped by SIGSTOP (state T)
+ZOMBIE_LEADER = 'zombie_leader'            # a thread group whose leader exited
+UNIT_RESTARTS = 'unit_restarts'            # its system unit's Restart= brings it back
+OWNER_LEVER = 'owner_lever'                # its owner calls for a lever (gpu_say.owner_clause)
+OTHER_PID_NAMESPACE = 'other_pid_namespace'  # a holder in another PID namespace than this module
+UNREADABLE = 'unreadable'                  # a security policy refuses reading fds or maps
+DIAGNOSIS = (IMPOSSIBLE_PID, LISTED_UNSEEN, LISTED_EXITED, LISTED_MISSING, PEER_MEMORY, MEMORY_UNSEEN,
+             MEMORY_UNEXPLAINED, UNCONFIRMED_PID, DISK_SLEEP, ZOMBIE, TRACED, STOPPED, ZOMBIE_LEADER,
+             UNIT_RESTARTS, OWNER_LEVER, OTHER_PID_NAMESPACE, UNREADABLE)
+# Why a survey that read only NVML's processes must read every process (gpu_decide.full_scan_code).
+LISTED_HOLDS_NOTHING = 'listed_holds_nothing'  # a listed PID gone, a zombie, or holding no device
+NO_MEMORY_GIVEN = 'no_memory_given'            # NVML gives no memory for a listed PID
+UNCHARGED_MEMORY = 'uncharged_memory'          # more memory used than charged to processes
+FULL_SCAN = (LISTED_HOLDS_NOTHING, NO_MEMORY_GIVEN, UNCHARGED_MEMORY)
+
+# What a step of the ladder did (gpu_act's results: each a gpu_say.Said, the sentence with its
+# code; callers read `.code`, never the words; gpu_say.step writes them).
+SENT, GONE, REUSED = 'sent', 'gone', 'reused'   # a signal sent; its process exited; its PID reused
+PID_NEVER = 'pid_never'                    # refused: PID 0, 1, negative or no number
+PID_PROTECTED = 'pid_protected'            # refused: this module's own tree or a shield
+NO_START_TIME = 'no_start_time'            # refused: no start time to re-identify it by
+NOT_PERMITTED = 'not_permitted'            # refused: another user's process, and not root (gpu_act.signal_code)
+SIGNAL_REFUSALS = (PID_NEVER, PID_PROTECTED, NO_START_TIME, NOT_PERMITTED)
+UNIT_STOPPED = 'unit_stopped'              # the unit read inactive (with `uid`: a user's manager)
+UNIT_STOPPING = 'unit_stopping'            # the stop was queued, still deactivating at the bound
+STOP_FAILED = 'stop_failed'                # the stop command failed (its output)
+MANAGER_NOT_RUNNING = 'manager_not_running'  # the user's manager does not run
+CONTAINER_STOPPED = 'container_stopped'    # the runtime's stop returned 0
+SUPERVISED_STOPPED = 'supervised_stopped'  # the program read down and stayed down
+SCOPE_STARTED = 'scope_started'            # systemd made the transient scope
+COMMAND_OK, COMMAND_FAILED = 'command_ok', 'command_failed'   # a command's rc 0, or not
+# ... and what check mode would do (gpu_act.RecordingActor).
+WOULD_STOP_UNIT = 'would_stop_unit'
+WOULD_STOP_CONTAINER = 'would_stop_container'
+WOULD_STOP_SUPERVISED = 'would_stop_supervised'
+WOULD_SIGNAL = 'would_signal'
+WOULD_KILL_AFTER_TERM = 'would_kill_after_term'
+WOULD_RUN = 'would_run'
+WOULD_WAIT = 'would_wait'
+# ... and what the ladder's own steps found (gpu_flow).
+RESCAN_FOUND = 'rescan_found'              # holders left or new on the next pass
+RESPAWNER_TARGET = 'respawner_target'      # a watched ancestor brought a holder back: the target
+RESPAWNER_REFUSED = 'respawner_refused'    # ... named, not signalled (respawner_lever's refusal)
+SETTLE_BOUND = 'settle_bound'              # no respawn within the bound, the ancestors alive
+SETTLE_NONE_ALIVE = 'settle_none_alive'    # no respawn, and none of the ancestors alive
+GUEST_NOT_BACK = 'guest_not_back'          # a guest's systemd brought nothing back in the watch
+GUEST_BACK = 'guest_back'                  # ... brought a holder back
+NOT_WAITED = 'not_waited'                  # nothing left that could free the GPUs (held codes)
+MEMORY_BACK = 'memory_back'                # the memory came back within release_timeout
+MEMORY_HELD = 'memory_held'                # ... did not
+RESET_SKIPPED = 'reset_skipped'            # processes still have the device open
+STEPS = (SENT, GONE, REUSED) + SIGNAL_REFUSALS + (
+    UNIT_STOPPED, UNIT_STOPPING, STOP_FAILED, MANAGER_NOT_RUNNING, NO_STOP, CONTAINER_STOPPED,
+    SUPERVISED_STOPPED, SCOPE_STARTED, COMMAND_OK, COMMAND_FAILED, WOULD_STOP_UNIT, WOULD_STOP_CONTAINER,
+    WOULD_STOP_SUPERVISED, WOULD_SIGNAL, WOULD_KILL_AFTER_TERM, WOULD_RUN, WOULD_WAIT, RESCAN_FOUND,
+    RESPAWNER_TARGET, RESPAWNER_REFUSED, SETTLE_BOUND, SETTLE_NONE_ALIVE, GUEST_NOT_BACK, GUEST_BACK,
+    NOT_WAITED, MEMORY_BACK, MEMORY_HELD, RESET_SKIPPED)
+
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it
 CONTAINER_INIT = 'container_init'  # the init of a container its runtime stops

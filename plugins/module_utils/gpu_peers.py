@@ -8,14 +8,14 @@ Measured on 2x H200 (tests/gpu scenario s8): with NCCL tensor parallelism, after
 both GPUs. So memory charged to nobody on a GPU that a live process with a context elsewhere
 maps is explained by that process, not by a leak, and a reset is the wrong lever while it lives.
 
-Pure rules, no I/O: holders are gpu_decide's holder dicts.
+Pure rules, no I/O: holders are gpu_decide's holder dicts. gpu_say writes the sentences.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 
 def peer_gpus_of(evidence, listed, context_gpus, orphaned):
@@ -35,42 +35,22 @@ def peers_of_gpu(holders, index):
     return [h for h in holders if index in (h.get('peer_gpus') or [])]
 
 
-_COMM_LEN = 15
-
-
-def title(holder):
-    """The process title as the operator knows it: the kernel cuts /proc/PID/comm at 15
-    characters ('sglang::schedul'), so a cut name is completed from the command line. Control
-    characters are escaped (gpu_text.escape_text): it goes into sentences."""
-    name = holder['name']
-    first = (holder.get('cmdline') or '').split(' ', 1)[0]
-    if len(name) == _COMM_LEN and first.startswith(name):
-        return escape_text(first)
-    return escape_text(name)
+def peer_mappers(holders, rows):
+    """(row, holder) for each GPU not free among the selected rows and each process that maps
+    peer memory on it (gpu_decide's PEER_MEMORY findings)."""
+    return [(row, holder) for row in rows if not row['free'] for holder in peers_of_gpu(holders, row['index'])]
 
 
 def peer_lever(holder, index):
-    """What to do about peer memory on GPU `index` held through this process."""
-    contexts = ','.join(str(i) for i in holder['context_gpus'])
-    return ('it maps GPU %d, its context is on GPU %s: NCCL/IPC peer memory; reclaim GPU %s too or set '
-            'peers: true' % (index, contexts, contexts))
-
-
-def peer_reason(holder, index):
-    """Why this process holds GPU `index`, in the words the operator acts on."""
-    return 'PID %d (%s) %s' % (holder['pid'], title(holder), peer_lever(holder, index)[3:])
+    """What to do about peer memory on GPU `index` held through this process (gpu_say.peer_lever;
+    kept for the tests that call it here)."""
+    return say.peer_lever(holder, index)
 
 
 def peer_sentences(holders, rows):
-    """One diagnosis sentence per (GPU not free, peer mapper) among the selected rows."""
-    sentences = []
-    for row in rows:
-        if row['free']:
-            continue
-        for holder in peers_of_gpu(holders, row['index']):
-            sentences.append('GPU %d: %d MiB used that NVML charges to no process: %s.'
-                             % (row['index'], row['memory_used_mib'], peer_reason(holder, row['index'])))
-    return sentences
+    """One diagnosis sentence per (GPU not free, peer mapper) among the selected rows
+    (gpu_say.peer_memory; kept for the tests that call it here)."""
+    return [say.peer_memory(row, holder) for row, holder in peer_mappers(holders, rows)]
 
 
 def holder_gpus(holder, peers):

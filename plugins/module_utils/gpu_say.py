@@ -22,6 +22,16 @@ CONTAINER_INIT = "init of a container's PID namespace"
 POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
 
 
+class Said(str):
+    """A sentence that carries the code it was written from: callers decide on `code`, never on
+    the words. (`str(said)` is the plain text: what goes into a result.)"""
+
+    def __new__(cls, text, code=None):
+        said = str.__new__(cls, text)
+        said.code = code
+        return said
+
+
 def protection(code, detail=None, pid=None):
     """The `protected_reason` of a gpu_decide.protection_code."""
     if code is None:
@@ -264,3 +274,210 @@ def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blin
         parts.append('GPU %d (%s) still holds %d MiB after %.1f s: %s.'
                      % (row['index'], row['uuid'], row['memory_used_mib'], elapsed_s, who))
     return ' '.join(parts)
+
+
+_COMM_LEN = 15
+
+
+def title(holder):
+    """The process title as the operator knows it: the kernel cuts /proc/PID/comm at 15
+    characters ('sglang::schedul'), so a cut name is completed from the command line. Control
+    characters are escaped (gpu_text.escape_text): it goes into sentences."""
+    name = holder['name']
+    first = (holder.get('cmdline') or '').split(' ', 1)[0]
+    if len(name) == _COMM_LEN and first.startswith(name):
+        return escape_text(first)
+    return escape_text(name)
+
+
+def _peer_clause(holder, index):
+    contexts = ','.join(str(i) for i in holder['context_gpus'])
+    return ('maps GPU %d, its context is on GPU %s: NCCL/IPC peer memory; reclaim GPU %s too or set '
+            'peers: true' % (index, contexts, contexts))
+
+
+def peer_lever(holder, index):
+    """What to do about peer memory on GPU `index` held through this process (gpu_peers)."""
+    return 'it %s' % _peer_clause(holder, index)
+
+
+def peer_memory(row, holder):
+    """The diagnosis sentence for a GPU not free whose memory a process with its context
+    elsewhere maps (gpu_lever.PEER_MEMORY, gpu_peers.peer_mappers)."""
+    return ('GPU %d: %d MiB used that NVML charges to no process: PID %d (%s) %s.'
+            % (row['index'], row['memory_used_mib'], holder['pid'], title(holder), _peer_clause(holder, row['index'])))
+
+
+def kinship(depth):
+    """What a respawner is to the process it brought back, in words (gpu_respawn's depth)."""
+    return {1: 'parent', 2: 'grandparent'}.get(depth, 'ancestor %d levels up' % depth)
+
+
+def full_scan(finding):
+    """Why a survey of NVML's processes alone is not enough (gpu_decide.full_scan_code), or None."""
+    if finding is None:
+        return None
+    facts = finding.facts
+    if finding.code == lever.LISTED_HOLDS_NOTHING:
+        return 'GPU %d: NVML lists PID %d, which holds nothing here' % (facts['gpu'], facts['pid'])
+    if finding.code == lever.NO_MEMORY_GIVEN:
+        return 'GPU %d: NVML gives no memory for PID %d' % (facts['gpu'], facts['pid'])
+    if finding.code != lever.UNCHARGED_MEMORY:
+        raise ValueError('no sentence for the full-scan code %r' % (finding.code,))
+    return 'GPU %d: %d MiB used, %d MiB charged to processes' % (facts['gpu'], facts['used_mib'], facts['charged_mib'])
+
+
+def _who(holder):
+    return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
+
+
+def finding(found):
+    """The diagnosis sentence of one gpu_decide.Finding (gpu_lever's diagnosis codes)."""
+    code, facts = found.code, found.facts
+    if code == lever.IMPOSSIBLE_PID:
+        return ('GPU %d: NVML reports impossible PID %d (%s MiB): the nvidia-ml-py bindings do not match '
+                'the driver; such a PID is never signalled.' % (facts['gpu'], facts['pid'], facts['mib']))
+    if code == lever.LISTED_UNSEEN:
+        return ('GPU %d: NVML lists PID %d (%s MiB), which this module cannot see: %s.'
+                % (facts['gpu'], facts['pid'], facts['mib'], RUN_AS_ROOT))
+    if code == lever.LISTED_EXITED:
+        heirs = facts['inheritors']
+        return ('GPU %d: NVML charges %s MiB to PID %d, which has exited; %s still map%s the device '
+                '(inherited from it), so the memory stays until %s.'
+                % (facts['gpu'], facts['mib'], facts['pid'], ', '.join(_who(h) for h in heirs),
+                   's' if len(heirs) == 1 else '', 'that process exits' if len(heirs) == 1 else 'they exit'))
+    if code == lever.LISTED_MISSING:
+        return ('GPU %d: NVML lists PID %d (%s MiB) but no such process exists in this PID namespace: it '
+                'runs in another namespace (a container or its host) and must be stopped from there, or it '
+                'died with a context still pinned (reset or reboot).' % (facts['gpu'], facts['pid'], facts['mib']))
+    if code == lever.PEER_MEMORY:
+        return peer_memory(facts['row'], facts['holder'])
+    if code == lever.MEMORY_UNSEEN:
+        return ('GPU %d: %d MiB used with no process visible to this module: %s to see its holders.'
+                % (facts['gpu'], facts['used_mib'], RUN_AS_ROOT))
+    if code == lever.MEMORY_UNEXPLAINED:
+        return ('GPU %d: %d MiB used with no process visible here: either processes in another PID '
+                'namespace hold it (run this on the host that owns them, e.g. the node around this '
+                'container) or a context leaked in the driver (reset the GPU or reboot).'
+                % (facts['gpu'], facts['used_mib']))
+    if code == lever.UNCONFIRMED_PID:
+        return ('NVML lists PID %d on GPU %s, but PID %d here (%s) holds no NVIDIA device: the PID comes '
+                'from another PID namespace or was reused; it is not treated as a holder.'
+                % (facts['pid'], ','.join(str(i) for i in facts['gpus']), facts['pid'], escape_text(facts['name'])))
+    if code == lever.UNREADABLE:
+        pids = facts['pids']
+        return ('Could not read the fds or maps of %d process(es) (%s) although this module may read every '
+                'process: a security policy (AppArmor, SELinux, Yama, a sandbox) refuses it; a GPU holder '
+                'among them is not seen here.' % (len(pids), ', '.join(str(p) for p in pids[:10])))
+    return _holder_finding(code, facts)
+
+
+def _holder_finding(code, holder):
+    """The diagnosis sentence of a finding about one holder (its facts are the holder dict)."""
+    who = _who(holder)
+    if code == lever.DISK_SLEEP:
+        return ('%s is in uninterruptible sleep (D%s): signals take effect only when the kernel call '
+                'returns; if it stays, the GPU needs a reset or the host a reboot.'
+                % (who, ', wchan %s' % escape_text(holder['wchan']) if holder['wchan'] else ''))
+    if code == lever.ZOMBIE:
+        return ('%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; stop '
+                'or restart that parent.' % (who, holder['ppid'], escape_text(holder['parent_name']) or 'unknown'))
+    if code == lever.TRACED:
+        return ('%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; SIGKILL '
+                'still ends it (gpu_reclaim sends it without waiting out the grace when it is stopped), or '
+                'detach the tracer.' % (who, holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown',
+                                        ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
+    if code == lever.STOPPED:
+        return ('%s is stopped (SIGSTOP, state T): it acts on SIGTERM only once continued; gpu_reclaim '
+                'sends SIGCONT right after SIGTERM.' % who)
+    if code == lever.ZOMBIE_LEADER:
+        return ('%s is a zombie leader: its main thread exited while its other threads still hold the GPU, '
+                'so no parent can reap it; a signal to the PID ends the whole thread group.' % who)
+    if code == lever.UNIT_RESTARTS:
+        return ('%s belongs to %s with Restart=%s: killing it brings it back; stop the unit (stop_units: '
+                'true).' % (who, holder['unit'], holder['unit_restart']))
+    if code == lever.OWNER_LEVER:
+        return '%s holds GPU %s: %s.' % (who, ','.join(str(i) for i in holder['context_gpus']),
+                                         owner_clause(holder, lever.by_hand(holder)))
+    if code == lever.OTHER_PID_NAMESPACE:
+        return '%s runs in another PID namespace (a container) than this module.' % who
+    raise ValueError('no sentence for the diagnosis code %r' % (code,))
+
+
+def diagnosis(findings, blind_sentence=None):
+    """The diagnosis sentences of gpu_decide.findings; `blind_sentence` (gpu_access: this module
+    cannot read other users' processes) comes first."""
+    return ([blind_sentence] if blind_sentence else []) + [finding(found) for found in findings]
+
+
+def _supervised_stopped(facts):
+    left = facts.get('left')
+    return ("stopped in %.2f s (`%s`); down by its supervisor's word, still down %.2f s later%s"
+            % (facts['waited'], facts['command'], facts['watched'],
+               '; PID %s outlived it (signalled next)' % ', '.join(str(p) for p in left) if left else ''))
+
+
+# The action log's `result` of each step outcome (gpu_lever's step codes), from its facts.
+_STEPS = {
+    lever.SENT: 'sent',
+    lever.GONE: 'gone',
+    lever.REUSED: 'reused',
+    lever.PID_NEVER: 'refused: PID %(pid)r is never signalled',
+    lever.PID_PROTECTED: 'refused: PID %(pid)d is protected',
+    lever.NO_START_TIME: 'refused: PID %(pid)d has no recorded start time',
+    lever.NOT_PERMITTED: 'refused: not permitted to signal PID %(pid)d as this user: ' + RUN_AS_ROOT.replace('%', '%%'),
+    lever.UNIT_STOPPED: lambda f: ('stopped in %.2f s' % f['waited']) + (
+        ' through the manager of user %s' % f['uid'] if f.get('uid') is not None else ''),
+    lever.UNIT_STOPPING: 'stopping (still deactivating after %(timeout)ss)',
+    lever.STOP_FAILED: 'failed: %(output)s',
+    lever.MANAGER_NOT_RUNNING: 'failed: the manager of user %(uid)s does not run',
+    lever.NO_STOP: 'refused: %(runtime)s containers are never stopped by this module',
+    lever.CONTAINER_STOPPED: 'stopped',
+    lever.SUPERVISED_STOPPED: _supervised_stopped,
+    lever.SCOPE_STARTED: 'started',
+    lever.COMMAND_OK: 'ok',
+    lever.COMMAND_FAILED: 'failed (rc=%(rc)d): %(output)s',
+    lever.WOULD_STOP_UNIT: lambda f: 'would stop it %s(waiting up to %ss)' % (
+        'through the manager of user %s ' % f['uid'] if f.get('uid') is not None else '', f['timeout']),
+    lever.WOULD_STOP_CONTAINER: 'would stop it (grace %(grace)ss)',
+    lever.WOULD_STOP_SUPERVISED: lambda f: 'would run `%s`' % ' '.join(f['argv']),
+    lever.WOULD_SIGNAL: 'would send %(signal)s',
+    lever.WOULD_KILL_AFTER_TERM: 'would send %(signal)s if it outlives SIGTERM',
+    lever.WOULD_RUN: lambda f: 'would run %s' % ' '.join(f['argv']),
+    lever.WOULD_WAIT: 'would wait up to %(timeout)ss for the memory',
+    lever.RESCAN_FOUND: 'found %(count)d holder(s) left or new',
+    lever.RESPAWNER_TARGET: lambda f: '%s; the %s becomes the target' % (came_back(**f['back']), kinship(f['depth'])),
+    lever.RESPAWNER_REFUSED: lambda f: '%s; not signalled: %s' % (
+        came_back(**f['back']), respawner_refusal(f['parent'], f['refusal'])),
+    lever.SETTLE_BOUND: lambda f: 'no respawn within %.2f s (the bound); alive, not signalled: PID %s' % (
+        f['bound'], ', '.join(str(p) for p in f['alive'])),
+    lever.SETTLE_NONE_ALIVE: 'no respawn: none of them alive after %(took).2f s',
+    lever.GUEST_NOT_BACK: 'nothing came back within %(waited).1f s',
+    lever.GUEST_BACK: lambda f: 'came back after %.1f s: %s' % (f['waited'], ', '.join(
+        'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in f['holders'])),
+    lever.NOT_WAITED: lambda f: 'not waited: nothing left that could free it (%s)' % '; '.join(
+        ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), held(h, code)) for h, code in kept))
+         for index, kept in f['blocked']] +
+        ['GPU %d: memory held by no visible process and not falling' % index for index in f['unseen']]),
+    lever.MEMORY_BACK: 'memory back after %(waited).2f s',
+    lever.MEMORY_HELD: 'memory still held after %(waited).1f s',
+    lever.RESET_SKIPPED: lambda f: 'skipped: PIDs %s still use the device' % ', '.join(str(p) for p in f['pids']),
+}
+
+
+def came_back(ended, new_pids, after_s):
+    """What a watched ancestor brought back (a respawn step's result; a respawner's `respawned`)."""
+    return 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
+        ', '.join(str(p) for p in sorted(ended)), ', '.join(str(p) for p in new_pids), after_s)
+
+
+def interrupted(error, actions):
+    """The failure when the driver stopped answering after the ladder acted."""
+    return ('%s The ladder had taken %d action(s) before that (see actions); the GPUs were not verified.'
+            % (error, actions))
+
+
+def step(code, **facts):
+    """The action log's `result` for what a step did (gpu_lever's step codes), as a Said."""
+    form = _STEPS[code]
+    return Said(form(facts) if callable(form) else form % facts, code)

@@ -208,3 +208,36 @@ def test_a_member_whose_number_was_reused_is_never_signalled(procs):
     assert ignoring.poll() is None
     (sigkill, _stop) = adoption.out['actions']
     assert sigkill['result'] == gpu_act.REUSED and adoption.out['killed_at_once'] == []
+
+
+class Stopping(Refusing):
+    """An actor whose scope stop answers with `said` (a gpu_say.Said: the words and their code)."""
+
+    def __init__(self, said):
+        Refusing.__init__(self)
+        self.said = said
+
+    def stop_unit(self, unit, timeout):
+        self.calls.append(('stop_unit', unit))
+        return self.said, True
+
+
+def test_the_scopes_stop_is_read_from_its_code_never_its_words(procs):
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever, gpu_say
+    plain = procs()           # a member that outlives the stop (the actor stops nothing)
+    cases = [
+        (gpu_say.step(gpu_lever.UNIT_STOPPED, waited=0.1), True),
+        (gpu_say.step(gpu_lever.UNIT_STOPPING, timeout=35.0), False),
+        # Words that begin like a stop, a code that says it failed: the code decides (before,
+        # result.startswith('stopped') read this as stopped).
+        (gpu_say.Said('stopped? no: Unit sglang-adopted-1.scope not loaded.', gpu_lever.STOP_FAILED), False),
+    ]
+    for said, stopped in cases:
+        adoption = gpu_adopt.Adoption('sglang-adopted', 5, [], actor=Stopping(said))
+        adoption.planned = {plain.pid: start_of(plain.pid)}
+        adoption._end('sglang-adopted-1.scope')      # pylint: disable=protected-access
+        assert adoption.out['stopped'] is stopped, said
+        assert adoption.out['error'] == (None if stopped else 'systemctl stop sglang-adopted-1.scope: %s' % said)
+        assert adoption.out['actions'][-1]['result'] == str(said)
+        assert not isinstance(adoption.out['actions'][-1]['result'], gpu_say.Said)
+    assert plain.poll() is None
