@@ -465,10 +465,6 @@ def survey_result(survey):
     }
 
 
-def _seconds(value):
-    return '%.2f s' % value
-
-
 # How long the ladder watches for a guest's systemd to restart what it killed from the host:
 # systemd's default RestartSec is 100 ms; the rest covers a slow start of the new process.
 GUEST_RESPAWN_WATCH_S = 5.0
@@ -906,7 +902,7 @@ class Ladder(object):
             futile = [h for h, code in zip(targets, codes) if code]
             for (holder, action), code in zip(terms, codes):
                 if code and action.changed and not self.actor.recording:
-                    action.result = 'sent; %s: SIGKILL at once' % say.sigterm_futile(holder, code)
+                    action.result = say.step(lever.SENT_FUTILE, why=say.sigterm_futile(holder, code))
             killed = [self._kill(h) for h in futile]
             listening = [(h, a) for h, a in terms if h not in futile]
             self._wait_outcomes(listening, self.term_timeout, 'SIGTERM')
@@ -918,9 +914,9 @@ class Ladder(object):
         for holder, _action in killed:
             if holder['pid'] not in self.released and self.actor.alive([holder]):
                 self.unreachable.add(holder['pid'])
-                self._record(act.Action('unreachable', _who(holder), 'alive after SIGKILL (state %s)'
-                                        % self.actor.state_of(holder), False,
-                                        pid=holder['pid'], name=holder['name']))
+                self._record(act.Action('unreachable', _who(holder),
+                                        say.step(lever.ALIVE_AFTER_KILL_STEP, state=self.actor.state_of(holder)),
+                                        False, pid=holder['pid'], name=holder['name']))
 
     def _plan_units(self, targets, protected_units):
         """[(lever, the targets it ends)] of the units owning targets that may be stopped: the
@@ -949,9 +945,9 @@ class Ladder(object):
             if holder['pid'] in gone_at:
                 action.took_s = round(max(0.0, gone_at[holder['pid']] - self.started - action.at_s), 3)
                 code = lever.RELEASED if holder['pid'] in self.released and self.actor.alive([holder]) else lever.EXITED
-                action.result = say.signal_outcome(code, signame, _seconds(action.took_s))
+                action.result = say.step(code, signal=signame, took=action.took_s)
             elif signame == 'SIGTERM':
-                action.result = 'still running %s after SIGTERM' % _seconds(timeout)
+                action.result = say.step(lever.STILL_RUNNING, signal=signame, took=timeout)
 
     def _kill(self, holder):
         action = self._signal(holder, signal.SIGKILL)

@@ -69,9 +69,6 @@ LEFT = 'left'                              # left by the ladder (its `reason` sa
 # Why SIGTERM cannot end a holder, so SIGKILL follows at once (gpu_decide.sigterm_futile_code).
 SIGTERM_IGNORED = 'sigterm_ignored'        # its SigIgn mask holds SIGTERM
 TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on SIGKILL alone
-# How a signalled holder let go (gpu_flow's wait after a signal; gpu_say.signal_outcome).
-EXITED = 'exited'                          # its process ended
-RELEASED = 'released'                      # SIGKILLed: its context is released, its exit goes on
 
 # What the diagnosis names that a process list does not show (gpu_decide.findings: each a
 # Finding(code, facts); gpu_say.finding writes the sentence). PEER_MEMORY, ZOMBIE as above.
@@ -135,12 +132,19 @@ NOT_WAITED = 'not_waited'                  # nothing left that could free the GP
 MEMORY_BACK = 'memory_back'                # the memory came back within release_timeout
 MEMORY_HELD = 'memory_held'                # ... did not
 RESET_SKIPPED = 'reset_skipped'            # processes still have the device open
+# ... and what a signalled holder did in the wait after it (gpu_flow._escalate, _wait_outcomes).
+SENT_FUTILE = 'sent_futile'                # sent, but SIGTERM cannot end it: SIGKILL at once
+EXITED = 'exited'                          # its process ended
+RELEASED = 'released'                      # SIGKILLed: its context is released, its exit goes on
+STILL_RUNNING = 'still_running'            # alive when the SIGTERM grace ran out
+ALIVE_AFTER_KILL_STEP = 'alive_after_kill_step'   # alive when the SIGKILL wait ran out
 STEPS = (SENT, GONE, REUSED) + SIGNAL_REFUSALS + (
     UNIT_STOPPED, UNIT_STOPPING, STOP_FAILED, MANAGER_NOT_RUNNING, NO_STOP, CONTAINER_STOPPED,
     SUPERVISED_STOPPED, SCOPE_STARTED, COMMAND_OK, COMMAND_FAILED, WOULD_STOP_UNIT, WOULD_STOP_CONTAINER,
     WOULD_STOP_SUPERVISED, WOULD_SIGNAL, WOULD_KILL_AFTER_TERM, WOULD_RUN, WOULD_WAIT, RESCAN_FOUND,
     RESPAWNER_TARGET, RESPAWNER_REFUSED, SETTLE_BOUND, SETTLE_NONE_ALIVE, GUEST_NOT_BACK, GUEST_BACK,
-    NOT_WAITED, MEMORY_BACK, MEMORY_HELD, RESET_SKIPPED)
+    NOT_WAITED, MEMORY_BACK, MEMORY_HELD, RESET_SKIPPED, SENT_FUTILE, EXITED, RELEASED, STILL_RUNNING,
+    ALIVE_AFTER_KILL_STEP)
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it

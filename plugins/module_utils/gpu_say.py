@@ -88,14 +88,6 @@ def sigterm_futile(holder, code):
             'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
 
 
-def signal_outcome(code, signame, took):
-    """What a signalled holder did within the wait (gpu_lever.EXITED, RELEASED); `took` is the
-    time, written."""
-    if code == lever.RELEASED:
-        return 'context released %s after %s; its exit goes on' % (took, signame)
-    return 'exited after %s in %s' % (signame, took)
-
-
 def remaining(code, peer_gpus=()):
     """The `reason` of a holder still on a GPU after the ladder, for the codes gpu_flow's report
     gives (gpu_lever.SURVIVED, PEER_MEMORY with the held GPUs it maps, DEVICE_OPEN)."""
@@ -462,6 +454,11 @@ _STEPS = {
     lever.MEMORY_BACK: 'memory back after %(waited).2f s',
     lever.MEMORY_HELD: 'memory still held after %(waited).1f s',
     lever.RESET_SKIPPED: lambda f: 'skipped: PIDs %s still use the device' % ', '.join(str(p) for p in f['pids']),
+    lever.SENT_FUTILE: 'sent; %(why)s: SIGKILL at once',
+    lever.EXITED: 'exited after %(signal)s in %(took).2f s',
+    lever.RELEASED: 'context released %(took).2f s after %(signal)s; its exit goes on',
+    lever.STILL_RUNNING: 'still running %(took).2f s after %(signal)s',
+    lever.ALIVE_AFTER_KILL_STEP: 'alive after SIGKILL (state %(state)s)',
 }
 
 

@@ -144,7 +144,8 @@ FACTS = {'pid': 20, 'waited': 1.5, 'uid': 1000, 'timeout': 35.0, 'output': 'Unit
          'argv': ['nvidia-smi', '-r'], 'grace': 10, 'signal': 'SIGTERM', 'count': 2,
          'back': {'ended': [10], 'new_pids': [12], 'after_s': 0.5}, 'depth': 2, 'parent': HOLDER,
          'refusal': lever.PROTECTED, 'bound': 3.0, 'alive': [50], 'took': 0.25, 'holders': [],
-         'blocked': [(0, [(HOLDER, lever.LEFT)])], 'unseen': [1], 'pids': [10, 11]}
+         'blocked': [(0, [(HOLDER, lever.LEFT)])], 'unseen': [1], 'pids': [10, 11], 'why': 'ignored (SigIgn)',
+         'state': 'disk-sleep'}
 
 
 @pytest.mark.parametrize('code', lever.STEPS)
@@ -163,6 +164,15 @@ def test_a_signal_is_written_from_its_code():
     assert say.step(lever.SENT) == 'sent' and say.step(lever.SENT).code == lever.SENT
     assert say.step(lever.RESPAWNER_TARGET, **FACTS) == \
         'PID(s) 10 came back as PID 12 0.50 s after the first was ended; the grandparent becomes the target'
+
+
+def test_what_a_signalled_holder_did_reads_as_the_ladder_always_wrote_it():
+    assert say.step(lever.EXITED, signal='SIGKILL', took=0.671) == 'exited after SIGKILL in 0.67 s'
+    assert say.step(lever.STILL_RUNNING, signal='SIGTERM', took=5.0) == 'still running 5.00 s after SIGTERM'
+    assert say.step(lever.SENT_FUTILE, why='ignored (SigIgn)') == 'sent; ignored (SigIgn): SIGKILL at once'
+    assert say.step(lever.ALIVE_AFTER_KILL_STEP, state='disk-sleep') == 'alive after SIGKILL (state disk-sleep)'
+    assert say.step(lever.RELEASED, signal='SIGKILL', took=0.6) == \
+        'context released 0.60 s after SIGKILL; its exit goes on'
 
 
 # --- no decision compares or slices a sentence -------------------------------------------------------
