@@ -167,11 +167,11 @@ def is_alive(pid, start_time):
 # (24 SIGKILLed contexts of 1 GiB freed in 1.66 s on one H200, FIELD_NOTES), so a pause of 0.25 s
 # saw a release up to three contexts' time late. A command (systemctl show) keeps 0.25 s.
 FAST_POLL_S = 0.05
-# While SIGKILLed holders are waited for and the ladder can ask whether each one's context is
-# released: how often it asks (tests/gpu s12, run13: ranks end 31-48 ms after NVML reads their
-# memory back, and the blind floor polls NVML every 2 ms), and how long a released holder is
+# While SIGKILLed holders are waited for and the ladder can ask whether each one's memory is
+# back: how often it asks (tests/gpu s12: ranks end 31-48 ms after NVML reads their memory back,
+# run13, and the blind floor reads the memory every 2 ms), and how long a released holder is
 # still waited for, so that one whose exit was about to end is said to have exited.
-RELEASE_POLL_S = 0.004
+RELEASE_POLL_S = 0.002
 RELEASED_GRACE_S = 0.003
 
 

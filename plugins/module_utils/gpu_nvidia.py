@@ -106,10 +106,10 @@ class NvmlBackend(NvidiaBackend):
         return self._bounded(self._read, timeout, 'NVML did not answer the GPU query within nvml_timeout=%ss: %s'
                              % (timeout, _HUNG), 'NVML failed: %s. Is the NVIDIA driver loaded (`lsmod | grep nvidia`)?')
 
-    def listed_pids(self, indices, timeout):
-        """While the ladder waits for SIGKILLed ranks: the process lists only, one handle per GPU
-        (read_gpus also reads names, PCI, memory and persistence of every GPU)."""
-        return self._bounded(lambda: self._listed(indices), timeout, 'NVML did not answer the process query '
+    def used_mib(self, indices, timeout):
+        """While the ladder waits for SIGKILLed ranks: the memory of their GPUs only (read_gpus
+        also reads names, PCI, persistence and the process lists of every GPU)."""
+        return self._bounded(lambda: self._used(indices), timeout, 'NVML did not answer the memory query '
                              'within nvml_timeout=%ss' % timeout, 'NVML failed: %s')
 
     def _bounded(self, read, timeout, timed_out, failed):
@@ -142,18 +142,11 @@ class NvmlBackend(NvidiaBackend):
                 for index in range(pynvml.nvmlDeviceGetCount())]
 
     @staticmethod
-    def _listed(indices):
-        return set(pid for index in indices
-                   for pid, _mib in _nvml_processes(pynvml.nvmlDeviceGetHandleByIndex(index)))
+    def _used(indices):
+        return dict((index, _memory(pynvml.nvmlDeviceGetHandleByIndex(index))[0]) for index in indices)
 
     def _gpu(self, index, handle):
-        try:
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-            used_mib, reserved_mib = _mib(mem.used), _mib(mem.reserved)
-        except (pynvml.NVMLError, AttributeError):
-            # Old drivers: v1 only, where "used" includes the reserved part.
-            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            used_mib, reserved_mib = _mib(mem.used), 0
+        used_mib, reserved_mib, total_mib = _memory(handle)
         try:
             persistence = bool(pynvml.nvmlDeviceGetPersistenceMode(handle))
         except pynvml.NVMLError:
@@ -166,12 +159,23 @@ class NvmlBackend(NvidiaBackend):
             pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
             minor=minor,
             nodes=self.gpu_nodes(minor),
-            total_mib=_mib(mem.total),
+            total_mib=total_mib,
             used_mib=used_mib,
             reserved_mib=reserved_mib,
             processes=_nvml_processes(handle),
             persistence_mode=persistence,
         )
+
+
+def _memory(handle):
+    """(used, reserved, total) MiB of one GPU."""
+    try:
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        return _mib(mem.used), _mib(mem.reserved), _mib(mem.total)
+    except (pynvml.NVMLError, AttributeError):
+        # Old drivers: v1 only, where "used" includes the reserved part.
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return _mib(mem.used), 0, _mib(mem.total)
 
 
 def _nvml_processes(handle):

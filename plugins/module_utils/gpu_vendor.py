@@ -40,11 +40,10 @@ class GpuBackend(object):
         each call bounded by `timeout`; raises gpu_observe.ObserveError or NvmlTimeout."""
         raise NotImplementedError
 
-    def listed_pids(self, indices, timeout):
-        """The PIDs the driver lists with a context on any of the GPUs `indices`, read without
-        the rest of read_gpus, bounded by `timeout`; None where the backend has no such cheap
-        read (the caller then waits for processes to end instead). Raises
-        gpu_observe.ObserveError or NvmlTimeout."""
+    def used_mib(self, indices, timeout):
+        """{index: used MiB} of the GPUs `indices`, read without the rest of read_gpus, bounded by
+        `timeout`; None where the backend has no such cheap read (the ladder then waits for its
+        SIGKILLed holders to end instead). Raises gpu_observe.ObserveError or NvmlTimeout."""
         return None
 
     def hold_session(self):

@@ -708,6 +708,67 @@ def _blind_kill_to_free(ctx, pids, timeout=30):
             os.close(fd)
 
 
+def _release_timeline(ctx, key, pids, timeout=30):
+    """One more blind SIGKILL of fresh ranks, watched closely (never a floor: the watching costs
+    the loop its 2 ms): for each rank, when NVML stopped listing it, when its listed memory read
+    0, when every one of its threads was exiting (PF_EXITING, gpu_observe.exiting), when it ended
+    (pidfd); and when GPU 0's memory read back. Seconds after the kill, recorded: which of these
+    tells that a rank's context is released before the rank has ended."""
+    import sys   # pylint: disable=import-outside-toplevel
+    coll = os.path.join(ctx.suite.work, 'collections')
+    if coll not in sys.path:
+        sys.path.insert(0, coll)
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe  # noqa
+    limit = ctx.suite.baseline.get(0, 0) + 64
+    starts = dict((pid, observe.read_stat(pid).start_time) for pid in pids)
+    fds = dict((pid, os.pidfd_open(pid)) for pid in pids)
+    marks = dict((pid, {}) for pid in pids)
+    back = []
+    try:
+        with Nvml() as nv:
+            t0 = time.perf_counter()
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+
+            def done():
+                now = round(time.perf_counter() - t0, 4)
+                if not back and nv.used_bytes(0) // MIB <= limit:
+                    back.append(now)
+                listed = nv.procs(0)
+                for pid in pids:
+                    mark = marks[pid]
+                    if 'ended' in mark:
+                        continue
+                    if select.select([fds[pid]], [], [], 0)[0]:
+                        mark['ended'] = now
+                        continue
+                    if 'unlisted' not in mark and pid not in listed:
+                        mark['unlisted'] = now
+                    if 'mib_0' not in mark and not listed.get(pid):
+                        mark['mib_0'] = now
+                    if 'exiting' not in mark:
+                        try:
+                            if observe.exiting(pid, starts[pid]):
+                                mark['exiting'] = now
+                        except observe.ProcError:
+                            pass
+                return back and all('ended' in m for m in marks.values())
+
+            wait_for(done, timeout, 0.001)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    ctx.num('release_timeline_%s' % key, {'memory_back_s': back[0] if back else None,
+                                           'ranks': [marks[pid] for pid in pids]})
+    ended = [m.get('ended') for m in marks.values()]
+    for what in ('unlisted', 'mib_0', 'exiting'):
+        ahead = [m['ended'] - m[what] for m in marks.values() if what in m and 'ended' in m]
+        ctx.num('release_timeline_%s_%s_ahead_of_end_ms' % (key, what),
+                [round(a * 1000, 1) for a in sorted(ahead)])
+    if back and all(e is not None for e in ended):
+        ctx.num('release_timeline_%s_last_end_after_memory_back_ms' % key, round((max(ended) - back[0]) * 1000, 1))
+
+
 # Blind and gpu_reclaim alternate (blind first, then gpu_reclaim first), each on fresh ranks: the
 # driver's teardown time varies from one set of ranks to the next (run8, 8 x 12 GiB: ranks gone
 # 0.31-0.72 s after SIGKILL), so one of each compares two draws of that spread.
@@ -894,6 +955,7 @@ def s12_many_ranks(ctx):
                     blinds.append(_blind_once(ctx, count, mib, key, rep))
                 else:
                     runs.append(_reclaim_once(ctx, count, mib, key, rep))
+        _release_timeline(ctx, key, _start_ranks(ctx, count, mib, 's12t%d' % count))
         elapsed = [r[0] for r in runs]
         firsts = [r[1] for r in runs]
         gones = [r[2] for r in runs]
