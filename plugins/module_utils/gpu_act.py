@@ -167,12 +167,6 @@ def is_alive(pid, start_time):
 # (24 SIGKILLed contexts of 1 GiB freed in 1.66 s on one H200, FIELD_NOTES), so a pause of 0.25 s
 # saw a release up to three contexts' time late. A command (systemctl show) keeps 0.25 s.
 FAST_POLL_S = 0.05
-# While SIGKILLed holders are waited for and the ladder can ask whether each one's memory is
-# back: how often it asks (tests/gpu s12: ranks end 31-48 ms after NVML reads their memory back,
-# run13, and the blind floor reads the memory every 2 ms), and how long a released holder is
-# still waited for, so that one whose exit was about to end is said to have exited.
-RELEASE_POLL_S = 0.002
-RELEASED_GRACE_S = 0.003
 
 
 def wait_for(predicate, timeout, clock=time.monotonic, first_interval=0.02, max_interval=0.25):
@@ -226,12 +220,8 @@ class HostActor(object):
 
     recording = False
 
-    def __init__(self, clock=time.monotonic, released=None):
-        """`released(holders)`: of these holders this actor SIGKILLed, the PIDs whose GPU context
-        is already released (gpu_flow.Ladder._released); wait_gone stops waiting for those."""
+    def __init__(self, clock=time.monotonic):
         self.clock = clock
-        self.released = released
-        self.killed = set()       # (pid, start_time) this actor sent SIGKILL
 
     def stop_unit(self, unit, timeout):
         """Stop a systemd unit so that Restart= cannot bring its processes back.
@@ -352,11 +342,10 @@ class HostActor(object):
             return say.step(gpu_lever.SCOPE_STARTED), True
         return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
 
-    def signal(self, holder, signum, never):
+    @staticmethod
+    def signal(holder, signum, never):
         """(result, changed) of sending `signum` to the holder, re-identified first."""
         result = send_signal(holder['pid'], holder['start_time'], signum, never)
-        if result.code == SENT and signum == signal.SIGKILL:
-            self.killed.add((holder['pid'], holder['start_time']))
         return result, result.code == SENT
 
     @staticmethod
@@ -370,11 +359,7 @@ class HostActor(object):
         Through pidfds where the kernel offers them: poll(2) on a process's pidfd returns the
         moment it has exited (after the driver tore its context down), where polling /proc every
         FAST_POLL_S saw the last of 8 SIGKILLed ranks up to 50 ms late (tests/gpu s12, run8:
-        several ranks 'exited after SIGKILL in 0.67 s' in the same poll).
-
-        A holder this actor SIGKILLed whose context `released` says is released is not waited
-        for past RELEASED_GRACE_S: it is in the map at the time it was found released, and still
-        alive (the caller tells the two apart)."""
+        several ranks 'exited after SIGKILL in 0.67 s' in the same poll)."""
         if not holders:
             return {}
         try:
@@ -383,7 +368,7 @@ class HostActor(object):
             return self._wait_gone_polling(holders, timeout)
 
     def _wait_gone_pidfds(self, holders, timeout):
-        gone_at, released_at, fds = {}, {}, {}
+        gone_at, fds = {}, {}
         try:
             for holder in holders:
                 fd = open_pidfd(holder['pid'], holder['start_time'])
@@ -395,28 +380,13 @@ class HostActor(object):
             for fd in fds:
                 poller.register(fd, select.POLLIN)
             started = self.clock()
-
-            def poll(seconds):
-                for fd, _event in poller.poll(int(seconds * 1000) + 1):
+            while len(gone_at) < len(holders):
+                left = timeout - (self.clock() - started)
+                if left <= 0:
+                    break
+                for fd, _event in poller.poll(int(left * 1000) + 1):
                     poller.unregister(fd)
                     gone_at[fds[fd]] = self.clock()
-                    released_at.pop(fds[fd], None)
-
-            while True:
-                pending = [h for h in holders if h['pid'] not in gone_at and h['pid'] not in released_at]
-                left = timeout - (self.clock() - started)
-                if not pending or left <= 0:
-                    break
-                askable = [h for h in pending if (h['pid'], h['start_time']) in self.killed] if self.released else []
-                poll(min(left, RELEASE_POLL_S) if askable else left)
-                askable = [h for h in askable if h['pid'] not in gone_at]
-                if askable:
-                    now = self.clock()
-                    released_at.update((pid, now) for pid in self.released(askable))
-            grace_end = self.clock() + RELEASED_GRACE_S
-            while released_at and self.clock() < grace_end:
-                poll(grace_end - self.clock())
-            gone_at.update(released_at)
             return gone_at
         finally:
             for fd in fds:
@@ -435,9 +405,7 @@ class HostActor(object):
         return gone_at
 
     def wait_until(self, predicate, timeout):
-        # From RELEASE_POLL_S up: memory a released context leaves comes back within a few ms.
-        return wait_for(predicate, timeout, clock=self.clock, first_interval=RELEASE_POLL_S,
-                        max_interval=FAST_POLL_S)
+        return wait_for(predicate, timeout, clock=self.clock, max_interval=FAST_POLL_S)
 
     @staticmethod
     def run(argv, timeout):

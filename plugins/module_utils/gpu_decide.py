@@ -382,12 +382,11 @@ def unit_names(values, option):
     return names
 
 
-def snapshot_without(snapshot, holders, ended_pids, returned=True):
+def snapshot_without(snapshot, holders, ended_pids):
     """A copy of `snapshot` as it would read with the processes `ended_pids` gone: their
     processes dropped and the memory the driver charges to them returned; memory charged to an
     exited PID is returned too on a GPU where every process that inherited it is gone.
-    (Check mode walks on with it after a step it only recorded.) With `returned` false, the
-    GPUs' memory stays as read: it came back already (gpu_flow.Ladder._released)."""
+    (Check mode walks on with it after a step it only recorded.)"""
     inheritors = {}
     for holder in holders:
         if 'nvml' not in holder['evidence']:
@@ -403,8 +402,7 @@ def snapshot_without(snapshot, holders, ended_pids, returned=True):
                    if pid in ended_pids or (orphan_freed and pid in dead))
         copied = copy.copy(gpu)
         copied.processes = [(pid, mib) for pid, mib in gpu.processes if pid not in gone]
-        if returned:
-            copied.used_mib = max(0, gpu.used_mib - sum(mib or 0 for pid, mib in gpu.processes if pid in gone))
+        copied.used_mib = max(0, gpu.used_mib - sum(mib or 0 for pid, mib in gpu.processes if pid in gone))
         gpus.append(copied)
     projected = copy.copy(snapshot)
     projected.gpus = gpus

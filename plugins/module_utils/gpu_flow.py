@@ -252,15 +252,13 @@ class Surveyor(object):
                                                   bool(blind_sentence)), blind_sentence)
         return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis, spared)
 
-    def without(self, survey, ended, returned=True):
+    def without(self, survey, ended):
         """The survey as it would read with the processes in `ended` ((pid, start_time) pairs)
-        gone: what check mode walks on after a step it only recorded. With `returned` false, the
-        memory the driver charges to them is not given back (it already is: gpu_flow.Ladder.
-        _released)."""
+        gone: what check mode walks on after a step it only recorded."""
         if not ended:
             return survey
         ended_pids = set(h['pid'] for h in survey.holders if (h['pid'], h['start_time']) in ended)
-        snapshot = decide.snapshot_without(survey.snapshot, survey.holders, ended_pids, returned)
+        snapshot = decide.snapshot_without(survey.snapshot, survey.holders, ended_pids)
         keep = [h for h in survey.holders if h['pid'] not in ended_pids]
         return self._survey(snapshot, survey.selected, keep, survey.clients, survey.unconfirmed,
                             [h for h in survey.spared if h['pid'] not in ended_pids])
@@ -507,16 +505,13 @@ class Ladder(object):
         self.allow_reset = allow_reset
         self.clock = clock
         if actor is None:
-            actor = act.RecordingActor(clock) if check_mode else act.HostActor(clock, released=self._released)
+            actor = act.RecordingActor(clock) if check_mode else act.HostActor(clock)
         self.actor = actor
         self.started = None
         self.actions = []
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
         self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
         self.unreachable = set()  # PIDs alive after SIGKILL
-        self.released = set()     # PIDs SIGKILLed whose GPU memory came back while they exited
-        self.exiting = set()      # (pid, start_time) SIGKILLed and seen with every thread exiting
-        self.release_reads = True  # whether the GPUs' memory may be read in that wait
         # What can bring a holder back (units, containers, ancestors, the settle window, guests).
         self.watch = respawn.Comebacks(surveyor, clock, observe.ProcError)
 
@@ -536,14 +531,8 @@ class Ladder(object):
         mappings, and a reset is skipped while any process has the device open: both need
         every process read.
         """
-        survey = self.surveyor.without(self.surveyor.survey(full=full or self.peers),
-                                       getattr(self.actor, 'ended', None))
-        # Holders whose memory came back while their exit goes on (_released): NVML may list
-        # them, with the memory they had, until they end; what the GPU reads stays as read.
-        released = set((h['pid'], h['start_time']) for h in survey.holders if h['pid'] in self.released)
-        if released:
-            survey = self.surveyor.without(survey, released, returned=False)
-        return self._claimed(survey)
+        survey = self.surveyor.survey(full=full or self.peers)
+        return self._claimed(self.surveyor.without(survey, getattr(self.actor, 'ended', None)))
 
     def _claimed(self, survey):
         """The survey, with every selected GPU that a holder of a guest unit seen restarting has
@@ -921,7 +910,7 @@ class Ladder(object):
         # so a D-state process is reported, not waited on forever.
         self._wait_outcomes(killed, max(self.term_timeout, 1.0), 'SIGKILL')
         for holder, _action in killed:
-            if holder['pid'] not in self.released and self.actor.alive([holder]):
+            if self.actor.alive([holder]):
                 self.unreachable.add(holder['pid'])
                 self._record(act.Action('unreachable', _who(holder),
                                         say.step(lever.ALIVE_AFTER_KILL_STEP, state=self.actor.state_of(holder)),
@@ -953,8 +942,7 @@ class Ladder(object):
                 continue
             if holder['pid'] in gone_at:
                 action.took_s = round(max(0.0, gone_at[holder['pid']] - self.started - action.at_s), 3)
-                code = lever.RELEASED if holder['pid'] in self.released and self.actor.alive([holder]) else lever.EXITED
-                action.result = say.step(code, signal=signame, took=action.took_s)
+                action.result = say.step(lever.EXITED, signal=signame, took=action.took_s)
             elif signame == 'SIGTERM':
                 action.result = say.step(lever.STILL_RUNNING, signal=signame, took=timeout)
 
@@ -962,43 +950,6 @@ class Ladder(object):
         action = self._signal(holder, signal.SIGKILL)
         self.killed.add((holder['pid'], holder['start_time']))
         return holder, action
-
-    def _released(self, holders):
-        """Of these SIGKILLed holders, the PIDs whose GPU memory is back while their exit goes on:
-        every one of its threads is exiting (gpu_observe.exiting: it runs no more of its own code,
-        so it can never take a context again), and every GPU it held a context on reads its
-        memory back (at most free_threshold_mib, in the run's session: what a blind SIGKILL's
-        floor waits for). A rank ends 31-48 ms after NVML reads its memory back (tests/gpu s12,
-        run13), which a wait for its end alone adds to every reclaim; NVML lists most ranks, with
-        their memory, until they end (run14), so the list tells nothing here. A holder that maps
-        peer memory is waited for to its end (that memory is charged to nobody). A driver that
-        does not answer ends these reads for the run: the wait is then for the end, as before."""
-        asked = [h for h in holders if h['context_gpus'] and not h.get('peer_gpus')]
-        if not self.release_reads or not asked:
-            return set()
-        ending = []
-        for holder in asked:
-            key = (holder['pid'], holder['start_time'])
-            try:
-                if key in self.exiting or observe.exiting(holder['pid'], holder['start_time'], self.surveyor.proc):
-                    self.exiting.add(key)
-                    ending.append(holder)
-            except observe.ProcError:
-                continue   # gone (its pidfd says so next) or unreadable: waited for to its end
-        if not ending:
-            return set()
-        try:
-            used = self.surveyor.backend.used_mib(sorted(set(g for h in ending for g in h['context_gpus'])),
-                                                  self.surveyor.nvml_timeout)
-        except observe.ObserveError:
-            used = None
-        if used is None:
-            self.release_reads = False
-            return set()
-        back = set(index for index, mib in used.items() if mib <= self.surveyor.free_threshold_mib)
-        found = set(h['pid'] for h in ending if set(h['context_gpus']) <= back)
-        self.released |= found
-        return found
 
     def _signal(self, holder, signum):
         result, changed = self.actor.signal(holder, signum, self.surveyor.own_ancestors)

@@ -135,7 +135,6 @@ RESET_SKIPPED = 'reset_skipped'            # processes still have the device ope
 # ... and what a signalled holder did in the wait after it (gpu_flow._escalate, _wait_outcomes).
 SENT_FUTILE = 'sent_futile'                # sent, but SIGTERM cannot end it: SIGKILL at once
 EXITED = 'exited'                          # its process ended
-RELEASED = 'released'                      # SIGKILLed: its context is released, its exit goes on
 STILL_RUNNING = 'still_running'            # alive when the SIGTERM grace ran out
 ALIVE_AFTER_KILL_STEP = 'alive_after_kill_step'   # alive when the SIGKILL wait ran out
 STEPS = (SENT, GONE, REUSED) + SIGNAL_REFUSALS + (
@@ -143,7 +142,7 @@ STEPS = (SENT, GONE, REUSED) + SIGNAL_REFUSALS + (
     SUPERVISED_STOPPED, SCOPE_STARTED, COMMAND_OK, COMMAND_FAILED, WOULD_STOP_UNIT, WOULD_STOP_CONTAINER,
     WOULD_STOP_SUPERVISED, WOULD_SIGNAL, WOULD_KILL_AFTER_TERM, WOULD_RUN, WOULD_WAIT, RESCAN_FOUND,
     RESPAWNER_TARGET, RESPAWNER_REFUSED, SETTLE_BOUND, SETTLE_NONE_ALIVE, GUEST_NOT_BACK, GUEST_BACK,
-    NOT_WAITED, MEMORY_BACK, MEMORY_HELD, RESET_SKIPPED, SENT_FUTILE, EXITED, RELEASED, STILL_RUNNING,
+    NOT_WAITED, MEMORY_BACK, MEMORY_HELD, RESET_SKIPPED, SENT_FUTILE, EXITED, STILL_RUNNING,
     ALIVE_AFTER_KILL_STEP)
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).

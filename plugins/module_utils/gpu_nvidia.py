@@ -103,32 +103,25 @@ class NvmlBackend(NvidiaBackend):
             pass   # the process ends soon, and the device files close with it
 
     def read_gpus(self, timeout):
-        return self._bounded(self._read, timeout, 'NVML did not answer the GPU query within nvml_timeout=%ss: %s'
-                             % (timeout, _HUNG), 'NVML failed: %s. Is the NVIDIA driver loaded (`lsmod | grep nvidia`)?')
-
-    def used_mib(self, indices, timeout):
-        """While the ladder waits for SIGKILLed ranks: the memory of their GPUs only (read_gpus
-        also reads names, PCI, persistence and the process lists of every GPU)."""
-        return self._bounded(lambda: self._used(indices), timeout, 'NVML did not answer the memory query '
-                             'within nvml_timeout=%ss' % timeout, 'NVML failed: %s')
-
-    def _bounded(self, read, timeout, timed_out, failed):
         try:
-            return bounded(lambda: self._in_session(read), timeout, timed_out)
+            return bounded(self._read, timeout, 'NVML did not answer the GPU query within '
+                           'nvml_timeout=%ss: %s' % (timeout, _HUNG))
         except NvmlTimeout:
             # The call is still stuck in the driver: a shutdown would wait on it too. The session
             # is left as it is; the device files close when this process exits.
             self.held = self.initialised = False
             raise
         except pynvml.NVMLError as exc:
-            raise ObserveError(failed % exc)
+            raise ObserveError('NVML failed: %s. Is the NVIDIA driver loaded (`lsmod | grep nvidia`)?'
+                               % exc)
 
-    def _in_session(self, read):
+    def _read(self):
         if not self.initialised:
             pynvml.nvmlInit()
             self.initialised = True
         try:
-            return read()
+            return [self._gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
+                    for index in range(pynvml.nvmlDeviceGetCount())]
         finally:
             if not self.held:
                 self.initialised = False
@@ -137,16 +130,14 @@ class NvmlBackend(NvidiaBackend):
                 except pynvml.NVMLError:
                     pass
 
-    def _read(self):
-        return [self._gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
-                for index in range(pynvml.nvmlDeviceGetCount())]
-
-    @staticmethod
-    def _used(indices):
-        return dict((index, _memory(pynvml.nvmlDeviceGetHandleByIndex(index))[0]) for index in indices)
-
     def _gpu(self, index, handle):
-        used_mib, reserved_mib, total_mib = _memory(handle)
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            used_mib, reserved_mib = _mib(mem.used), _mib(mem.reserved)
+        except (pynvml.NVMLError, AttributeError):
+            # Old drivers: v1 only, where "used" includes the reserved part.
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            used_mib, reserved_mib = _mib(mem.used), 0
         try:
             persistence = bool(pynvml.nvmlDeviceGetPersistenceMode(handle))
         except pynvml.NVMLError:
@@ -159,23 +150,12 @@ class NvmlBackend(NvidiaBackend):
             pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
             minor=minor,
             nodes=self.gpu_nodes(minor),
-            total_mib=total_mib,
+            total_mib=_mib(mem.total),
             used_mib=used_mib,
             reserved_mib=reserved_mib,
             processes=_nvml_processes(handle),
             persistence_mode=persistence,
         )
-
-
-def _memory(handle):
-    """(used, reserved, total) MiB of one GPU."""
-    try:
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-        return _mib(mem.used), _mib(mem.reserved), _mib(mem.total)
-    except (pynvml.NVMLError, AttributeError):
-        # Old drivers: v1 only, where "used" includes the reserved part.
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return _mib(mem.used), 0, _mib(mem.total)
 
 
 def _nvml_processes(handle):

@@ -26,7 +26,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 FORKNOEXEC_FLAG = 0x00000040  # PF_FORKNOEXEC: forked and not (yet) exec'd; cleared by execve
-EXITING_FLAG = 0x00000004     # PF_EXITING: set by do_exit() as a thread begins to exit; never cleared
 _SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn
 
 STATE_NAMES = {
@@ -225,31 +224,6 @@ def read_stat(pid, proc='/proc'):
         return parse_stat(raw)
     except (ValueError, IndexError):
         raise ProcessGone(pid, 'stat', 'empty or cut short: the process exited while read')
-
-
-def exiting(pid, start_time, proc='/proc'):
-    """Whether every thread of the process (PID plus start time) has begun to exit: PF_EXITING
-    in each /proc/PID/task/TID/stat, which the kernel sets as a thread enters do_exit() and
-    never clears. Such a process runs no more of its own code; what is left is the kernel
-    closing its files (a SIGKILLed CUDA rank, after its context is torn down: 31-48 ms on the
-    H200, tests/gpu s12, run13). Raises ProcessGone when it is gone or the PID is another
-    process's; a thread that ends while read counts as exiting."""
-    stat = read_stat(pid, proc)
-    if stat.start_time != start_time:
-        raise ProcessGone(pid, 'stat', 'the PID is another process now')
-    base = '%s/%d/task' % (proc, pid)
-    try:
-        tids = os.listdir(base)
-    except OSError as exc:
-        raise _proc_error(exc, pid, 'task')
-    for tid in tids:
-        try:
-            flags = parse_stat(_read('%s/%s/stat' % (base, tid))).flags
-        except (OSError, ValueError, IndexError):
-            continue   # this thread ended between the listing and the read
-        if not flags & EXITING_FLAG:
-            return False
-    return True
 
 
 def read_identity(pid, proc='/proc'):

@@ -456,7 +456,6 @@ _STEPS = {
     lever.RESET_SKIPPED: lambda f: 'skipped: PIDs %s still use the device' % ', '.join(str(p) for p in f['pids']),
     lever.SENT_FUTILE: 'sent; %(why)s: SIGKILL at once',
     lever.EXITED: 'exited after %(signal)s in %(took).2f s',
-    lever.RELEASED: 'context released %(took).2f s after %(signal)s; its exit goes on',
     lever.STILL_RUNNING: 'still running %(took).2f s after %(signal)s',
     lever.ALIVE_AFTER_KILL_STEP: 'alive after SIGKILL (state %(state)s)',
 }

@@ -40,12 +40,6 @@ class GpuBackend(object):
         each call bounded by `timeout`; raises gpu_observe.ObserveError or NvmlTimeout."""
         raise NotImplementedError
 
-    def used_mib(self, indices, timeout):
-        """{index: used MiB} of the GPUs `indices`, read without the rest of read_gpus, bounded by
-        `timeout`; None where the backend has no such cheap read (the ladder then waits for its
-        SIGKILLed holders to end instead). Raises gpu_observe.ObserveError or NvmlTimeout."""
-        return None
-
     def hold_session(self):
         """Keep the driver's library ready between reads until end_session (the ladder reads the
         GPUs many times in one run); a backend without a session ignores it."""

@@ -708,19 +708,38 @@ def _blind_kill_to_free(ctx, pids, timeout=30):
             os.close(fd)
 
 
+PF_EXITING = 0x00000004   # /proc/PID/task/TID/stat flags: set as the thread enters do_exit()
+
+
+def _all_threads_exiting(pid):
+    """Whether every thread of PID has PF_EXITING; None when it cannot be read (gone)."""
+    try:
+        tids = os.listdir('/proc/%d/task' % pid)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open('/proc/%d/task/%s/stat' % (pid, tid)) as handle:
+                flags = int(handle.read().rsplit(')', 1)[1].split()[6])
+        except (OSError, IndexError, ValueError):
+            continue   # the thread ended between the listing and the read
+        if not flags & PF_EXITING:
+            return False
+    return True
+
+
 def _release_timeline(ctx, key, pids, timeout=30):
     """One more blind SIGKILL of fresh ranks, watched closely (never a floor: the watching costs
     the loop its 2 ms): for each rank, when NVML stopped listing it, when its listed memory read
-    0, when every one of its threads was exiting (PF_EXITING, gpu_observe.exiting), when it ended
-    (pidfd); and when GPU 0's memory read back. Seconds after the kill, recorded: which of these
-    tells that a rank's context is released before the rank has ended."""
-    import sys   # pylint: disable=import-outside-toplevel
-    coll = os.path.join(ctx.suite.work, 'collections')
-    if coll not in sys.path:
-        sys.path.insert(0, coll)
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe  # noqa
+    0, when every one of its threads was exiting (PF_EXITING), when it ended (pidfd); and when
+    GPU 0's memory read back. Seconds after the kill, recorded: whether anything tells that a
+    rank has let go of its memory before it has ended. (run15, run16: every thread is exiting
+    1-2 ms after the kill; NVML lists most ranks, with their memory, until they end; the GPU's
+    memory reads back 0-31 ms before the last rank ends. run17, a probe of the Ladder reading
+    the memory every 2 ms while it waited: its reads came back 18-75 ms apart while contexts were
+    torn down, 4 ms apart after, and found a rank with its memory back 0-37 ms before its end,
+    never soon enough to gain on its end. gpu_reclaim therefore waits for its holders' end.)"""
     limit = ctx.suite.baseline.get(0, 0) + 64
-    starts = dict((pid, observe.read_stat(pid).start_time) for pid in pids)
     fds = dict((pid, os.pidfd_open(pid)) for pid in pids)
     marks = dict((pid, {}) for pid in pids)
     back = []
@@ -746,12 +765,8 @@ def _release_timeline(ctx, key, pids, timeout=30):
                         mark['unlisted'] = now
                     if 'mib_0' not in mark and not listed.get(pid):
                         mark['mib_0'] = now
-                    if 'exiting' not in mark:
-                        try:
-                            if observe.exiting(pid, starts[pid]):
-                                mark['exiting'] = now
-                        except observe.ProcError:
-                            pass
+                    if 'exiting' not in mark and _all_threads_exiting(pid):
+                        mark['exiting'] = now
                 return back and all('ended' in m for m in marks.values())
 
             wait_for(done, timeout, 0.001)
@@ -909,12 +924,9 @@ def _reclaim_once(ctx, count, mib, key, rep):
     signals = [a for a in acts if a.get('step') in ('sigterm', 'sigkill')]
     release = [a for a in acts if a.get('step') == 'wait_release']
     first = min(a['at_s'] for a in signals) if signals else None
-    # The holders let go of the GPU when the last one exited or, SIGKILLed, had its context
-    # released while its exit went on (unlisted by NVML, every thread exiting: the action says
-    # 'context released'); a wait_release step, if any, ends later.
+    # The holders are gone when the last one exited (a SIGKILLed context's process exits once
+    # the driver has torn its context down); a wait_release step, if any, ends later.
     gone_at = [a['at_s'] + a['took_s'] for a in signals if a.get('took_s') is not None]
-    ctx.num('reclaim_released_not_ended_%s_rep%d' % (key, rep),
-            len([a for a in signals if str(a.get('result', '')).startswith('context released')]))
     gone_at += [a['at_s'] + (a.get('waited_s') or 0.0) for a in release]
     freed_at = round(max(gone_at), 3) if gone_at else None
     ctx.num('reclaim_steps_%s_rep%d' % (key, rep), sorted(set(a.get('step') for a in acts)))
@@ -941,9 +953,8 @@ def s12_many_ranks(ctx):
     until NVML reads GPU 0 back at its baseline, in an NVML session opened before it, polled every
     2 ms. gpu_reclaim's times come from its action log, from the ladder's start (module import and
     Ansible's start-up left out, as bench/run reclaim counts the Ladder's own time): its first
-    signal, the last holder gone (a signal's at_s + took_s: its end, or its context released
-    while its exit went on), and elapsed_s (verified free: its own NVML read, in the session it
-    holds for the run). Ratios to the floor are recorded, never
+    signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free: its own
+    NVML read, in the session it holds for the run). Ratios to the floor are recorded, never
     asserted."""
     for count, mib in RANK_SHAPES:
         key = '%dx%d' % (count, mib)

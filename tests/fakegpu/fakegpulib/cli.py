@@ -39,9 +39,6 @@ def build_parser():
     h.add_argument("--load-s", type=float, default=0.0, metavar="SECONDS",
                    help="after taking --title, load this long (as a server loads its weights) "
                         "before mapping any memory; what must fit is checked then, as cudaMalloc does")
-    h.add_argument("--host-mib", type=int, default=0, metavar="MIB",
-                   help="also hold MIB of host memory that the kernel frees only after the GPU "
-                        "contexts at exit, as a real rank's exit goes on after its context is released")
     h.add_argument("--fork-inherit", action="store_true",
                    help="fork a child after allocating that keeps the inherited fds")
     h.add_argument("--ready-file", help="write JSON here once everything is held")

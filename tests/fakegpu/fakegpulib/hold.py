@@ -79,8 +79,6 @@ def validate(args):
     for opt, val in (("--title", args.title), ("--exec-name", args.exec_name)):
         if val is not None and (not val or "\0" in val or "\n" in val):
             raise UsageError("%s %r: must be a non-empty single line" % (opt, val))
-    if not 0 <= args.host_mib <= 65536:
-        raise UsageError("--host-mib %r: must be 0 to 65536" % args.host_mib)
     for opt, val in (("--import-s", args.import_s), ("--load-s", args.load_s)):
         if not 0 <= val <= 3600:
             raise UsageError("%s %r: must be 0 to 3600 seconds" % (opt, val))
@@ -117,20 +115,6 @@ def write_ready(path, record):
     os.rename(tmp, path)
 
 
-def host_memory(mib):
-    """An unmapped memfd of `mib` MiB, opened before any device file so that its descriptor is
-    the lower: at exit the kernel closes descriptors in order and runs the deferred closes last
-    to first, so this memory is freed after every context is released and the process is still
-    exiting meanwhile (1 GiB: released 1 ms after SIGKILL, ended 167 ms after it, on the lab
-    machine). A real rank's exit goes on 31-48 ms after NVML reads its memory back (tests/gpu
-    s12, run13)."""
-    fd = os.memfd_create("fakegpu-host")
-    chunk = b"\1" * (1 << 20)
-    for _unused in range(mib):
-        os.write(fd, chunk)
-    return fd
-
-
 def sleep_forever():
     while True:
         signal.pause()
@@ -152,7 +136,6 @@ def run(args):
         # takes the GPU again (FIELD_NOTES, H200 third round): the memory comes last.
         time.sleep(args.load_s)
         check_fits(own + kids + peers)
-    host = host_memory(args.host_mib) if args.host_mib else None
     contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _unused in own]
     contexts += [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib, peer=True)
                  for idx, mib, _unused in peers]
@@ -184,5 +167,5 @@ def run(args):
                                  **({"peer": True} if c.peer else {})) for c in contexts],
             "time": time.time(),
         })
-    _keep = (contexts, children, host)    # noqa: F841 - the memory lives as long as these do
+    _keep = (contexts, children)    # noqa: F841 - the memory lives as long as these do
     sleep_forever()

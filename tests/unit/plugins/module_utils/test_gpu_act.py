@@ -14,8 +14,6 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
 
-from .exits import end, exited, slow_exit
-
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', '.build', 'collections'))
 
 
@@ -148,30 +146,3 @@ def test_wait_gone_polls_proc_without_pidfds(sleeper, monkeypatch):
         assert sleeper.poll() is None
     finally:
         short.wait()
-
-
-@pytest.mark.skipif(not hasattr(os, 'pidfd_open'), reason='this Python (before 3.9) has no os.pidfd_open')
-def test_wait_gone_stops_waiting_for_a_sigkilled_holder_said_released(sleeper):
-    """A holder this actor SIGKILLed, whose context the ladder says is released, is in the map
-    while its exit still goes on (a rank's, after the driver freed its memory); a holder it
-    did not SIGKILL is never asked about, and is waited for to the end of the timeout."""
-    asked = []
-
-    def released(holders):
-        asked.extend(h['pid'] for h in holders)
-        return set(h['pid'] for h in holders)
-
-    proc = slow_exit()
-    try:
-        actor = act.HostActor(released=released)
-        holder = _holder(proc)
-        assert actor.signal(holder, signal.SIGKILL, frozenset()) == (act.SENT, True)
-        gone_at = actor.wait_gone([holder], timeout=30)
-        assert list(gone_at) == [proc.pid]
-        assert not exited(proc), 'ended before the wait returned: this proves nothing'
-        assert asked and set(asked) == set([proc.pid])
-        del asked[:]
-        assert act.HostActor(released=released).wait_gone([_holder(sleeper)], timeout=0.3) == {}
-        assert asked == [] and sleeper.poll() is None
-    finally:
-        end(proc)

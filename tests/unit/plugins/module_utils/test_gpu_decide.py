@@ -552,18 +552,3 @@ def test_sentences_escape_names_users_chose():
     zombie = dict(holders[0], state='zombie')
     said = decide.skip_sentence(zombie, decide.skip_code(zombie, ()))
     assert '\x1b' not in said and 'p\\x1bq' in said
-
-
-def test_a_process_dropped_with_its_memory_already_back_leaves_the_gpu_reading_as_read():
-    """A SIGKILLed rank NVML still lists with the memory it had, on a GPU another process now
-    uses 1000 MiB of: dropped with its memory returned, the GPU would read free under a holder;
-    dropped as released (its memory back already), the GPU reads what the driver read."""
-    stale = proc(10, fds=CTX, maps=CTX)
-    other = proc(11, fds=CTX, maps=CTX)
-    seen = snap([gpu(0, used=1000, processes=[(10, 1000), (11, 1000)])], [stale, other])
-    holders = decide.classify(seen, [], set())[0]
-    returned = decide.snapshot_without(seen, holders, set([10]))
-    released = decide.snapshot_without(seen, holders, set([10]), returned=False)
-    assert (returned.gpus[0].used_mib, returned.gpus[0].processes) == (0, [(11, 1000)])
-    assert (released.gpus[0].used_mib, released.gpus[0].processes) == (1000, [(11, 1000)])
-    assert sorted(released.procs) == [11] and seen.gpus[0].used_mib == 1000

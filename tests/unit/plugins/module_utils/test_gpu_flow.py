@@ -19,13 +19,11 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
 
-from .exits import end, exited, slow_exit
 from .observations import CTX, NVIDIA, gpu, proc, runtime_confirms, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
@@ -865,51 +863,3 @@ def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named()
     assert watch and watch[0]['result'].startswith('came back after') and 'PID 20' in watch[0]['result']
     assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
     assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']
-
-
-class _Memory(object):
-    """The memory of the GPUs, as the ladder reads it while it waits for SIGKILLed ranks."""
-
-    def __init__(self, used):
-        self.used = used
-        self.asked = []
-
-    def used_mib(self, indices, timeout):
-        self.asked.append(indices)
-        return None if self.used is None else dict((i, self.used) for i in indices)
-
-
-class _MemorySurveyor(object):
-    nvml_timeout = 10
-    free_threshold_mib = 128
-    proc = '/proc'
-
-    def __init__(self, used):
-        self.backend = _Memory(used)
-
-
-@pytest.mark.skipif(not hasattr(os, 'pidfd_open'), reason='this Python (before 3.9) has no os.pidfd_open')
-def test_a_sigkilled_holder_is_released_once_exiting_with_its_memory_back_and_never_before():
-    """On a real process: released only when every one of its threads is exiting and each GPU it
-    held a context on reads its memory back; never while it runs, while the memory is held,
-    when it maps peer memory, or once the driver did not answer (the wait is then for its end)."""
-    rank = slow_exit()
-    try:
-        holder = {'pid': rank.pid, 'start_time': observe.read_stat(rank.pid).start_time,
-                  'evidence': ['fd', 'mmap', 'nvml'], 'context_gpus': [3], 'peer_gpus': []}
-        back = Ladder(_MemorySurveyor(0), actor=ScriptedActor())
-        assert back._released([holder]) == set()          # alive: not exiting, the driver not asked
-        assert back.surveyor.backend.asked == []
-        os.kill(rank.pid, signal.SIGKILL)
-        assert act.wait_for(lambda: observe.exiting(rank.pid, holder['start_time']), 10, first_interval=0.001)[0]
-        assert not exited(rank)
-        assert Ladder(_MemorySurveyor(129), actor=ScriptedActor())._released([holder]) == set()
-        peer = dict(holder, peer_gpus=[4])
-        assert Ladder(_MemorySurveyor(0), actor=ScriptedActor())._released([peer]) == set()
-        silent = Ladder(_MemorySurveyor(None), actor=ScriptedActor())
-        assert silent._released([holder]) == set() and silent._released([holder]) == set()
-        assert silent.surveyor.backend.asked == [[3]]         # asked once, then no more
-        assert back._released([holder]) == set([rank.pid]) and back.released == set([rank.pid])
-        assert back.surveyor.backend.asked == [[3]]
-    finally:
-        end(rank)

@@ -15,8 +15,6 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import parse_stat
 
-from .exits import end, exited, leader_exited, slow_exit
-
 
 def test_parse_stat_survives_names_with_spaces_and_parens():
     raw = b'123 (a) b (c) S 1 123 123 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0'
@@ -293,41 +291,3 @@ def test_supervisor_chains_of_siblings_read_their_parent_once(monkeypatch):
             child.wait()
     assert shared == alone and all(chain[1].pid == os.getpid() for chain in shared)
     assert sorted(reads) == sorted(set(reads)) and reads.count(os.getpid()) == 1, reads
-
-
-@pytest.mark.skipif(not hasattr(os, 'pidfd_open'), reason='this Python (before 3.9) has no os.pidfd_open')
-def test_exiting_holds_once_every_thread_has_begun_its_exit():
-    """PF_EXITING in each thread's stat: not of a live process, nor of one whose main thread
-    alone has exited (another thread still runs its code); of a SIGKILLed one while the kernel
-    still frees its memory, before it has ended; a gone process or a PID whose start time is
-    another's raises ProcessGone."""
-    proc = slow_exit()
-    try:
-        start = observe.read_stat(proc.pid).start_time
-        assert observe.exiting(proc.pid, start) is False
-        with pytest.raises(observe.ProcessGone):
-            observe.exiting(proc.pid, start + 1)
-        os.kill(proc.pid, signal.SIGKILL)
-        seen = []
-        deadline = time.monotonic() + 10
-        while not exited(proc) and time.monotonic() < deadline:
-            try:
-                seen.append(observe.exiting(proc.pid, start))
-            except observe.ProcessGone:
-                break
-        assert True in seen, 'never seen exiting before its end (%d reads)' % len(seen)
-        assert exited(proc)
-        assert observe.exiting(proc.pid, start) is True    # the zombie, not reaped yet
-        proc.wait()
-        with pytest.raises(observe.ProcessGone):
-            observe.exiting(proc.pid, start)
-    finally:
-        end(proc)
-    leader = leader_exited()
-    if leader is None:
-        pytest.skip('exit(2) of one thread: its syscall number on %s is not known here' % os.uname().machine)
-    try:
-        assert observe.read_stat(leader.pid).state == 'zombie-leader'
-        assert observe.exiting(leader.pid, observe.read_stat(leader.pid).start_time) is False
-    finally:
-        end(leader)
