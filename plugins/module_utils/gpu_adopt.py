@@ -36,13 +36,11 @@ import signal
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act, gpu_lever, gpu_observe, gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 # Why a process is not adopted (codes; sentences in `sentence`).
-NEVER = 'never'          # PID 0 or 1, or this module's own tree
-GONE = 'gone'            # exited before adoption
-REUSED = 'reused'        # its PID is another process's now (start time changed)
-KTHREAD = 'kthread'      # a kernel thread
-OWNED = 'owned'          # a unit, container, pod, guest or user's cgroup owns it
+NEVER, GONE, REUSED = gpu_lever.ADOPT_NEVER, gpu_lever.ADOPT_GONE, gpu_lever.ADOPT_REUSED
+KTHREAD, OWNED = gpu_lever.ADOPT_KTHREAD, gpu_lever.ADOPT_OWNED
 
 # Owners that stop nothing themselves: a hand-started server lives in one of these.
 ADOPTABLE = (gpu_owner.SESSION, gpu_owner.SCOPE, gpu_owner.NONE)
@@ -99,19 +97,8 @@ def strangers(chains, planned):
 
 
 def sentence(code, pid, owner=None):
-    """The one place adoption's codes become text."""
-    if code == NEVER:
-        return 'PID %d is never adopted (init or this run\'s own tree)' % pid
-    if code == GONE:
-        return 'PID %d exited before adoption' % pid
-    if code == REUSED:
-        return 'PID %d is now another process (start time changed): left alone' % pid
-    if code == KTHREAD:
-        return 'PID %d is a kernel thread: left alone' % pid
-    if code == OWNED:
-        return ('PID %d belongs to %s, which stops it: left to that owner, not adopted'
-                % (pid, gpu_owner.describe(owner)))
-    return 'PID %d: %s' % (pid, code)
+    """Why PID is not adopted, in words (gpu_say.not_adopted)."""
+    return say.not_adopted(code, pid, owner)
 
 
 def _chain(pid, proc):
@@ -156,7 +143,7 @@ class Adoption(object):
         return _Seen(info, info_owner)
 
     def _skip(self, pid, code, owner=None):
-        self.out['not_adopted'].append(sentence(code, pid, owner))
+        self.out['not_adopted'].append(say.not_adopted(code, pid, owner))
         self.out['not_adopted_codes'].append({'pid': pid, 'reason_code': code})
 
     def plan(self):

@@ -145,6 +145,13 @@ STEPS = (SENT, GONE, REUSED) + SIGNAL_REFUSALS + (
     NOT_WAITED, MEMORY_BACK, MEMORY_HELD, RESET_SKIPPED, SENT_FUTILE, EXITED, STILL_RUNNING,
     ALIVE_AFTER_KILL_STEP)
 
+# Why a process is not adopted into a scope (gpu_adopt.refusal; gpu_say.not_adopted).
+ADOPT_NEVER = 'never'      # PID 0 or 1, or this module's own tree
+ADOPT_GONE = 'gone'        # exited before adoption
+ADOPT_REUSED = 'reused'    # its PID is another process's now (start time changed)
+ADOPT_KTHREAD = 'kthread'  # a kernel thread
+ADOPT_OWNED = 'owned'      # a unit, container, pod, guest or user's cgroup owns it
+
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it
 CONTAINER_INIT = 'container_init'  # the init of a container its runtime stops

@@ -461,6 +461,22 @@ _STEPS = {
 }
 
 
+def not_adopted(code, pid, owner=None):
+    """Why PID is not adopted into a scope (gpu_lever's ADOPT_* codes, gpu_adopt.refusal)."""
+    if code == lever.ADOPT_NEVER:
+        return 'PID %d is never adopted (init or this run\'s own tree)' % pid
+    if code == lever.ADOPT_GONE:
+        return 'PID %d exited before adoption' % pid
+    if code == lever.ADOPT_REUSED:
+        return 'PID %d is now another process (start time changed): left alone' % pid
+    if code == lever.ADOPT_KTHREAD:
+        return 'PID %d is a kernel thread: left alone' % pid
+    if code == lever.ADOPT_OWNED:
+        return ('PID %d belongs to %s, which stops it: left to that owner, not adopted'
+                % (pid, gpu_owner.describe(owner)))
+    return 'PID %d: %s' % (pid, code)
+
+
 def came_back(ended, new_pids, after_s):
     """What a watched ancestor brought back (a respawn step's result; a respawner's `respawned`)."""
     return 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (

@@ -773,8 +773,8 @@ def _release_timeline(ctx, key, pids, timeout=30):
     finally:
         for fd in fds.values():
             os.close(fd)
-    ctx.num('release_timeline_%s' % key, {'memory_back_s': back[0] if back else None,
-                                           'ranks': [marks[pid] for pid in pids]})
+    ctx.num('release_timeline_%s' % key,
+            {'memory_back_s': back[0] if back else None, 'ranks': [marks[pid] for pid in pids]})
     ended = [m.get('ended') for m in marks.values()]
     for what in ('unlisted', 'mib_0', 'exiting'):
         ahead = [m['ended'] - m[what] for m in marks.values() if what in m and 'ended' in m]
