@@ -410,6 +410,13 @@ def _supervised_stopped(facts):
 
 
 # The action log's `result` of each step outcome (gpu_lever's step codes), from its facts.
+def _not_waited(facts):
+    """Why each GPU of a wait_release step is not waited for, GPU by GPU."""
+    why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), held(h, code)) for h, code in kept))
+           for index, kept in facts['blocked']]
+    return why + ['GPU %d: memory held by no visible process and not falling' % index for index in facts['unseen']]
+
+
 _STEPS = {
     lever.SENT: 'sent',
     lever.GONE: 'gone',
@@ -447,10 +454,7 @@ _STEPS = {
     lever.GUEST_NOT_BACK: 'nothing came back within %(waited).1f s',
     lever.GUEST_BACK: lambda f: 'came back after %.1f s: %s' % (f['waited'], ', '.join(
         'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in f['holders'])),
-    lever.NOT_WAITED: lambda f: 'not waited: nothing left that could free it (%s)' % '; '.join(
-        ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), held(h, code)) for h, code in kept))
-         for index, kept in f['blocked']] +
-        ['GPU %d: memory held by no visible process and not falling' % index for index in f['unseen']]),
+    lever.NOT_WAITED: lambda f: 'not waited: nothing left that could free it (%s)' % '; '.join(_not_waited(f)),
     lever.MEMORY_BACK: 'memory back after %(waited).2f s',
     lever.MEMORY_HELD: 'memory still held after %(waited).1f s',
     lever.RESET_SKIPPED: lambda f: 'skipped: PIDs %s still use the device' % ', '.join(str(p) for p in f['pids']),
