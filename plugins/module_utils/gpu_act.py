@@ -28,8 +28,8 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervis
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
     ProcessGone, read_identity, supervisor_status, user_manager_call)
 
-# A signal's outcome (gpu_lever's step codes; REFUSED is the word every refusal's result begins with).
-SENT, GONE, REUSED, REFUSED = gpu_lever.SENT, gpu_lever.GONE, gpu_lever.REUSED, 'refused'
+# A signal's outcome (gpu_lever's step codes).
+SENT, GONE, REUSED = gpu_lever.SENT, gpu_lever.GONE, gpu_lever.REUSED
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT',
                 signal.SIGSTOP: 'SIGSTOP'}
 # Every command this module runs is bounded; systemctl answers in milliseconds when healthy.

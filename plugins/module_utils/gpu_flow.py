@@ -27,7 +27,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_vendor as vendor
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 
 # The options every surveying module takes; their documentation is the gpu_survey doc fragment.
@@ -819,7 +818,7 @@ class Ladder(object):
             result = say.step(lever.RESPAWNER_REFUSED, back=back, parent=parent, refusal=refusal)
         else:
             result = say.step(lever.RESPAWNER_TARGET, back=back, depth=entry.depth)
-        self._record(act.Action('respawn', _who(parent), result, False, pid=pid, name=parent['name'],
+        self._record(act.Action('respawn', say.who(parent), result, False, pid=pid, name=parent['name'],
                                 pids=list(new_pids)))
         if not refusal:
             self.watch.next_targets += self._freeze(parent, entry, survey)
@@ -912,7 +911,7 @@ class Ladder(object):
         for holder, _action in killed:
             if self.actor.alive([holder]):
                 self.unreachable.add(holder['pid'])
-                self._record(act.Action('unreachable', _who(holder),
+                self._record(act.Action('unreachable', say.who(holder),
                                         say.step(lever.ALIVE_AFTER_KILL_STEP, state=self.actor.state_of(holder)),
                                         False, pid=holder['pid'], name=holder['name']))
 
@@ -956,7 +955,7 @@ class Ladder(object):
         if changed:
             self.ended_gpus.update(holder['gpus'])
         step = act.SIGNAL_NAMES[signum].lower()
-        return self._record(act.Action(step, _who(holder), result, changed, pid=holder['pid'],
+        return self._record(act.Action(step, say.who(holder), result, changed, pid=holder['pid'],
                                        name=holder['name'], gpus=holder['gpus']))
 
     def _wait_release(self, survey):
@@ -1098,10 +1097,6 @@ class Ladder(object):
             result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
                                                    self.watch.respawners, self.surveyor.access.sentence())
         return result
-
-
-def _who(holder):
-    return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
 
 
 def _unique(holders):

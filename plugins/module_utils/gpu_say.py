@@ -319,7 +319,8 @@ def full_scan(finding):
     return 'GPU %d: %d MiB used, %d MiB charged to processes' % (facts['gpu'], facts['used_mib'], facts['charged_mib'])
 
 
-def _who(holder):
+def who(holder):
+    """A process as every sentence and action target names it: its PID and escaped name."""
     return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
 
 
@@ -336,7 +337,7 @@ def finding(found):
         heirs = facts['inheritors']
         return ('GPU %d: NVML charges %s MiB to PID %d, which has exited; %s still map%s the device '
                 '(inherited from it), so the memory stays until %s.'
-                % (facts['gpu'], facts['mib'], facts['pid'], ', '.join(_who(h) for h in heirs),
+                % (facts['gpu'], facts['mib'], facts['pid'], ', '.join(who(h) for h in heirs),
                    's' if len(heirs) == 1 else '', 'that process exits' if len(heirs) == 1 else 'they exit'))
     if code == lever.LISTED_MISSING:
         return ('GPU %d: NVML lists PID %d (%s MiB) but no such process exists in this PID namespace: it '
@@ -366,33 +367,33 @@ def finding(found):
 
 def _holder_finding(code, holder):
     """The diagnosis sentence of a finding about one holder (its facts are the holder dict)."""
-    who = _who(holder)
+    named = who(holder)
     if code == lever.DISK_SLEEP:
         return ('%s is in uninterruptible sleep (D%s): signals take effect only when the kernel call '
                 'returns; if it stays, the GPU needs a reset or the host a reboot.'
-                % (who, ', wchan %s' % escape_text(holder['wchan']) if holder['wchan'] else ''))
+                % (named, ', wchan %s' % escape_text(holder['wchan']) if holder['wchan'] else ''))
     if code == lever.ZOMBIE:
         return ('%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; stop '
-                'or restart that parent.' % (who, holder['ppid'], escape_text(holder['parent_name']) or 'unknown'))
+                'or restart that parent.' % (named, holder['ppid'], escape_text(holder['parent_name']) or 'unknown'))
     if code == lever.TRACED:
         return ('%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; SIGKILL '
                 'still ends it (gpu_reclaim sends it without waiting out the grace when it is stopped), or '
-                'detach the tracer.' % (who, holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown',
+                'detach the tracer.' % (named, holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown',
                                         ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
     if code == lever.STOPPED:
         return ('%s is stopped (SIGSTOP, state T): it acts on SIGTERM only once continued; gpu_reclaim '
-                'sends SIGCONT right after SIGTERM.' % who)
+                'sends SIGCONT right after SIGTERM.' % named)
     if code == lever.ZOMBIE_LEADER:
         return ('%s is a zombie leader: its main thread exited while its other threads still hold the GPU, '
-                'so no parent can reap it; a signal to the PID ends the whole thread group.' % who)
+                'so no parent can reap it; a signal to the PID ends the whole thread group.' % named)
     if code == lever.UNIT_RESTARTS:
         return ('%s belongs to %s with Restart=%s: killing it brings it back; stop the unit (stop_units: '
-                'true).' % (who, holder['unit'], holder['unit_restart']))
+                'true).' % (named, holder['unit'], holder['unit_restart']))
     if code == lever.OWNER_LEVER:
-        return '%s holds GPU %s: %s.' % (who, ','.join(str(i) for i in holder['context_gpus']),
+        return '%s holds GPU %s: %s.' % (named, ','.join(str(i) for i in holder['context_gpus']),
                                          owner_clause(holder, lever.by_hand(holder)))
     if code == lever.OTHER_PID_NAMESPACE:
-        return '%s runs in another PID namespace (a container) than this module.' % who
+        return '%s runs in another PID namespace (a container) than this module.' % named
     raise ValueError('no sentence for the diagnosis code %r' % (code,))
 
 
@@ -409,14 +410,14 @@ def _supervised_stopped(facts):
                '; PID %s outlived it (signalled next)' % ', '.join(str(p) for p in left) if left else ''))
 
 
-# The action log's `result` of each step outcome (gpu_lever's step codes), from its facts.
 def _not_waited(facts):
     """Why each GPU of a wait_release step is not waited for, GPU by GPU."""
-    why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (_who(h), held(h, code)) for h, code in kept))
+    why = ['GPU %d: %s' % (index, ', '.join('%s %s' % (who(h), held(h, code)) for h, code in kept))
            for index, kept in facts['blocked']]
     return why + ['GPU %d: memory held by no visible process and not falling' % index for index in facts['unseen']]
 
 
+# The action log's `result` of each step outcome (gpu_lever's step codes), from its facts.
 _STEPS = {
     lever.SENT: 'sent',
     lever.GONE: 'gone',
