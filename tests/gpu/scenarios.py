@@ -679,11 +679,15 @@ def _start_ranks(ctx, count, mib, label):
 
 
 def _blind_kill_to_free(ctx, pids, timeout=30):
-    """SIGKILL every PID at once; (seconds until GPU 0 reads back at its baseline, seconds until
-    every PID's whole thread group has ended, as its pidfd tells it and as gpu_reclaim's ladder
-    reads it), either None when it did not within timeout. One NVML session opened before the
-    kill, both polled every 2 ms. (/proc/PID/stat's 'Z' is no such mark: the leader thread is a
-    zombie while the thread that closes the device still runs, 3 ms after the kill in run12.)"""
+    """SIGKILL every PID at once; (seconds until NVML has answered that GPU 0 reads back at its
+    baseline, seconds until every PID's whole thread group has ended, as its pidfd tells it and as
+    gpu_reclaim's ladder reads it, seconds when the memory read that answered free was asked),
+    each None when it did not happen within timeout. One NVML session opened before the kill,
+    both polled every 2 ms. The floor is the answer's time: the read that answers free blocks
+    while the driver tears the last context down (run19: 33-46 ms, returning within 1 ms of the
+    last rank's end), and runs 8-18 stamped it with the time it was asked, 35-46 ms before any
+    watcher could know. (/proc/PID/stat's 'Z' is no such mark: the leader thread is a zombie
+    while the thread that closes the device still runs, 3 ms after the kill in run12.)"""
     limit = ctx.suite.baseline.get(0, 0) + 64
     fds = [os.pidfd_open(pid) for pid in pids]
     try:
@@ -694,15 +698,17 @@ def _blind_kill_to_free(ctx, pids, timeout=30):
             marks = {}
 
             def done():
-                now = round(time.perf_counter() - t0, 3)
-                if 'free' not in marks and nv.used_bytes(0) // MIB <= limit:
-                    marks['free'] = now
+                if 'free' not in marks:
+                    asked = time.perf_counter() - t0
+                    if nv.used_bytes(0) // MIB <= limit:
+                        marks['free'] = round(time.perf_counter() - t0, 3)
+                        marks['free_asked'] = round(asked, 3)
                 if 'exited' not in marks and all(select.select([fd], [], [], 0)[0] for fd in fds):
-                    marks['exited'] = now
-                return len(marks) == 2
+                    marks['exited'] = round(time.perf_counter() - t0, 3)
+                return 'free' in marks and 'exited' in marks
 
             wait_for(done, timeout, 0.002)
-            return marks.get('free'), marks.get('exited')
+            return marks.get('free'), marks.get('exited'), marks.get('free_asked')
     finally:
         for fd in fds:
             os.close(fd)
@@ -732,13 +738,14 @@ def _release_timeline(ctx, key, pids, timeout=30):
     """One more blind SIGKILL of fresh ranks, watched closely (never a floor: the watching costs
     the loop its 2 ms): for each rank, when NVML stopped listing it, when its listed memory read
     0, when every one of its threads was exiting (PF_EXITING), when it ended (pidfd); and when
-    GPU 0's memory read back. Seconds after the kill, recorded: whether anything tells that a
+    GPU 0's memory read back, both when that read was asked and when it answered. Seconds after
+    the kill, each stamped when its answer was in hand, recorded: whether anything tells that a
     rank has let go of its memory before it has ended. (run15, run16: every thread is exiting
-    1-2 ms after the kill; NVML lists most ranks, with their memory, until they end; the GPU's
-    memory reads back 0-31 ms before the last rank ends. run17, a probe of the Ladder reading
-    the memory every 2 ms while it waited: its reads came back 18-75 ms apart while contexts were
-    torn down, 4 ms apart after, and found a rank with its memory back 0-37 ms before its end,
-    never soon enough to gain on its end. gpu_reclaim therefore waits for its holders' end.)"""
+    1-2 ms after the kill; NVML lists most ranks, with their memory, until they end. Those runs
+    stamped every mark with the time the loop's first read was asked, and found the memory back
+    0-31 ms before the last end; run19's probe of the Ladder timed each read: the read that
+    answers free blocks 33-46 ms while the driver tears the last context down, and answers
+    within 1 ms of the last rank's end. gpu_reclaim therefore waits for its holders' end.)"""
     limit = ctx.suite.baseline.get(0, 0) + 64
     fds = dict((pid, os.pidfd_open(pid)) for pid in pids)
     marks = dict((pid, {}) for pid in pids)
@@ -749,24 +756,29 @@ def _release_timeline(ctx, key, pids, timeout=30):
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
 
+            def now():
+                return round(time.perf_counter() - t0, 4)
+
             def done():
-                now = round(time.perf_counter() - t0, 4)
-                if not back and nv.used_bytes(0) // MIB <= limit:
-                    back.append(now)
+                asked = now()
+                used = nv.used_bytes(0)
+                if not back and used // MIB <= limit:
+                    back.append((asked, now()))
                 listed = nv.procs(0)
+                seen = now()
                 for pid in pids:
                     mark = marks[pid]
                     if 'ended' in mark:
                         continue
                     if select.select([fds[pid]], [], [], 0)[0]:
-                        mark['ended'] = now
+                        mark['ended'] = now()
                         continue
                     if 'unlisted' not in mark and pid not in listed:
-                        mark['unlisted'] = now
+                        mark['unlisted'] = seen
                     if 'mib_0' not in mark and not listed.get(pid):
-                        mark['mib_0'] = now
+                        mark['mib_0'] = seen
                     if 'exiting' not in mark and _all_threads_exiting(pid):
-                        mark['exiting'] = now
+                        mark['exiting'] = now()
                 return back and all('ended' in m for m in marks.values())
 
             wait_for(done, timeout, 0.001)
@@ -774,20 +786,24 @@ def _release_timeline(ctx, key, pids, timeout=30):
         for fd in fds.values():
             os.close(fd)
     ctx.num('release_timeline_%s' % key,
-            {'memory_back_s': back[0] if back else None, 'ranks': [marks[pid] for pid in pids]})
+            {'memory_back_asked_s': back[0][0] if back else None, 'memory_back_s': back[0][1] if back else None,
+             'ranks': [marks[pid] for pid in pids]})
     ended = [m.get('ended') for m in marks.values()]
     for what in ('unlisted', 'mib_0', 'exiting'):
         ahead = [m['ended'] - m[what] for m in marks.values() if what in m and 'ended' in m]
         ctx.num('release_timeline_%s_%s_ahead_of_end_ms' % (key, what),
                 [round(a * 1000, 1) for a in sorted(ahead)])
     if back and all(e is not None for e in ended):
-        ctx.num('release_timeline_%s_last_end_after_memory_back_ms' % key, round((max(ended) - back[0]) * 1000, 1))
+        ctx.num('release_timeline_%s_last_end_after_memory_back_ms' % key, round((max(ended) - back[0][1]) * 1000, 1))
+        ctx.num('release_timeline_%s_last_end_after_memory_back_asked_ms' % key,
+                round((max(ended) - back[0][0]) * 1000, 1))
 
 
 # Blind and gpu_reclaim alternate (blind first, then gpu_reclaim first), each on fresh ranks: the
 # driver's teardown time varies from one set of ranks to the next (run8, 8 x 12 GiB: ranks gone
-# 0.31-0.72 s after SIGKILL), so one of each compares two draws of that spread.
-S12_REPS = 3
+# 0.31-0.72 s after SIGKILL), so one of each compares two draws of that spread; 3 reps left
+# 8 x 12 GiB's ratio anywhere in 1.04-1.22 (runs 11-18), so 5.
+S12_REPS = 5
 
 
 def _survey_profile(ctx, key, pids):
@@ -907,11 +923,11 @@ def _check_mode_profile(ctx, key, count, flow):
 
 def _blind_once(ctx, count, mib, key, rep):
     pids = _start_ranks(ctx, count, mib, 's12b%d-%d' % (count, rep))
-    blind, exited = _blind_kill_to_free(ctx, pids)
+    blind, exited, asked = _blind_kill_to_free(ctx, pids)
     ctx.check('%s: a blind SIGKILL of all frees GPU 0 (rep %d)' % (key, rep), blind is not None)
     gone, _unused = wait_for(lambda: not [p for p in pids if alive(p)], 10)
     ctx.check('%s: every blind-killed rank is gone (rep %d)' % (key, rep), gone)
-    return blind, exited
+    return blind, exited, asked
 
 
 def _reclaim_once(ctx, count, mib, key, rep):
@@ -950,8 +966,9 @@ def s12_many_ranks(ctx):
     """Many ranks on one GPU, all ignoring SIGTERM: the driver tears their contexts down one after
     another, so the floor is a blind SIGKILL of all of them at once, measured here in the same run,
     S12_REPS times each, alternating with gpu_reclaim on the same shape. The floor: from the kill
-    until NVML reads GPU 0 back at its baseline, in an NVML session opened before it, polled every
-    2 ms. gpu_reclaim's times come from its action log, from the ladder's start (module import and
+    until NVML has answered that GPU 0 reads back at its baseline (when the answer came, not when
+    it was asked: that read blocks while the driver tears the last context down, run19), in an
+    NVML session opened before it, polled every 2 ms. gpu_reclaim's times come from its action log, from the ladder's start (module import and
     Ansible's start-up left out, as bench/run reclaim counts the Ladder's own time): its first
     signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free: its own
     NVML read, in the session it holds for the run). Ratios to the floor are recorded, never
@@ -971,6 +988,7 @@ def s12_many_ranks(ctx):
         firsts = [r[1] for r in runs]
         gones = [r[2] for r in runs]
         exits = [b[1] for b in blinds]
+        ctx.num('blind_free_read_asked_s_%s_reps' % key, [b[2] for b in blinds])
         blinds = [b[0] for b in blinds]
         ctx.num('blind_sigkill_to_free_s_%s_reps' % key, blinds)
         ctx.num('blind_sigkill_to_exited_s_%s_reps' % key, exits)
@@ -987,10 +1005,9 @@ def s12_many_ranks(ctx):
         kill_to_gone = [g - f for f, g in zip(firsts, gones) if f is not None and g is not None]
         if blind and kill_to_gone:
             ctx.num('reclaim_kill_to_gone_vs_blind_floor_%s' % key, round(_mean(kill_to_gone) / blind, 3))
-        # A SIGKILLed rank's process ends 20-50 ms after NVML reads its memory back (run13: its
-        # close of the device goes on after the memory is released), and gpu_reclaim reports free
-        # only once its holders have ended: the blind kill's own end is the like-for-like floor
-        # for its kill-to-gone, recorded beside the NVML one.
+        # gpu_reclaim reports free only once its holders have ended; the NVML floor answers free
+        # within a ms or two of the last rank's end (run19), and the blind kill's own end is
+        # recorded beside it as the like-for-like floor for the kill-to-gone.
         exited = _mean(exits)
         ctx.num('blind_sigkill_to_exited_s_%s' % key, exited)
         if exited and kill_to_gone:
@@ -1150,7 +1167,7 @@ SCENARIOS = [
     ('s11', 'default targeting: gpu_reclaim with no match and no gpus frees the run\'s holders, signals nothing else',
      s11_default_targets, 90, True, 1),
     ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
-     'SIGKILL of all, the driver\'s floor', s12_many_ranks, 240, True, 1),
+     'SIGKILL of all, the driver\'s floor', s12_many_ranks, 330, True, 1),
     ('s13', 'a bash loop restarts a torch worker that re-titles itself and takes CUDA seconds later; gpu_reclaim '
      'ends the loop, never free while it lives', s13_respawn_parent, 150, True, 1),
     ('s14', 'the same loop one level up: it restarts a launcher whose child is the worker', s14_respawn_grandparent,
