@@ -17,7 +17,6 @@ import os
 import pwd
 
 CAP_SYS_PTRACE = 19
-RUN_AS_ROOT = 'run as root (become: true)'
 
 
 class ProcAccess(object):
@@ -35,15 +34,10 @@ class ProcAccess(object):
         return not self.can_read_all
 
     def sentence(self):
-        """The first diagnosis sentence when blind, else None."""
-        if not self.blind:
-            return None
-        hidden = (' /proc is mounted with hidepid=%s, so other users\' processes do not even show.'
-                  % self.hidepid) if self.hidepid not in (None, '0', 'off') else ''
-        return ('%s: this module runs as %s (UID %d) without CAP_SYS_PTRACE and cannot read other '
-                'users\' processes, so holders of the GPUs may be invisible or unreadable to it.%s '
-                'Memory it cannot explain is no evidence of a leaked context.'
-                % (RUN_AS_ROOT.capitalize(), self.user, self.euid, hidden))
+        """The first diagnosis sentence when blind, else None (gpu_say.blind writes it; imported
+        here, so that this module needs the standard library only)."""
+        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say
+        return gpu_say.blind(self)
 
 
 def parse_cap_eff(status_text):

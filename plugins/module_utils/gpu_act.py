@@ -193,7 +193,7 @@ def run_command(argv, timeout, **keywords):
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                              check=False, universal_newlines=True, **keywords)
     except subprocess.TimeoutExpired:
-        return 124, '%s did not finish within %ss' % (' '.join(argv), timeout)
+        return 124, say.cli_unfinished(argv, timeout)
     except OSError as exc:
         return 127, str(exc)
     return out.returncode, out.stdout.strip()
@@ -285,7 +285,7 @@ class HostActor(object):
         said = ' '.join(stop)
         if rc in (124, 127):
             code = supervisors.CLI_TIMEOUT if rc == 124 else supervisors.CLI_MISSING
-            return (say.step(gpu_lever.STOP_FAILED, output=out), False, {'code': code, 'text': '`%s`: %s' % (said, out)})
+            return (say.step(gpu_lever.STOP_FAILED, output=out), False, {'code': code, 'text': say.cli_said(stop, out)})
         if rc != 0 and row['kill']:
             run_command(supervisors.argv(owner['runtime'], 'kill', sup, owner['id']), timeout=bound, **as_user)
         state = {}
@@ -296,7 +296,7 @@ class HostActor(object):
             entries = supervisors.parse_status(row['parse'], text) if code in ('ok',) or code.startswith('rc=') else None
             state['error'] = None if entries is not None else {
                 'code': code if code in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT) else supervisors.CLI_FAILED,
-                'text': 'its status after the stop: %s' % text[-300:]}
+                'text': say.status_after_stop(text)}
             state['entries'] = entries
             return entries
 
@@ -310,15 +310,15 @@ class HostActor(object):
         if state.get('error'):
             return say.step(gpu_lever.STOP_FAILED, output=state['error']['text']), rc == 0, state['error']
         if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']):
-            text = '`%s` (rc=%d: %s) and the program is not down after %ss' % (said, rc, out[-200:], bound)
+            text = say.not_down(stop, rc, out, bound)
             return say.step(gpu_lever.STOP_FAILED, output=text), rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
         # Stays down: its supervisor's word (down by request) is checked against what it does.
         back, watched = wait_for(lambda: read() is None or supervisors.running_pid(
             owner['runtime'], state['entries'], owner['id']), supervisors.STAY_DOWN_S, clock=self.clock)
         if back:
             pid = supervisors.running_pid(owner['runtime'], state.get('entries'), owner['id'])
-            text = ('it started the program again (PID %s) %.2f s after it read down' % (pid, watched)
-                    if pid else (state.get('error') or {}).get('text', 'its status failed'))
+            text = (say.program_back(pid, watched) if pid
+                    else (state.get('error') or {}).get('text', say.STATUS_FAILED))
             return say.step(gpu_lever.STOP_FAILED, output=text), True, {
                 'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED, 'text': text}
         left = self.alive(holders)

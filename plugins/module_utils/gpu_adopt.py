@@ -128,7 +128,8 @@ class Adoption(object):
         self.started = clock()
         self.own_tree = frozenset(gpu_observe.ancestors(os.getpid(), proc))
         self.out = {'scope': None, 'procs': [], 'not_adopted': [], 'not_adopted_codes': [], 'killed_at_once': [],
-                    'stopped': False, 'left': [], 'actions': [], 'seconds': None, 'error': None}
+                    'stopped': False, 'left': [], 'actions': [], 'seconds': None, 'error': None,
+                    'error_code': None}
         self.planned = {}     # pid -> start time
 
     def _at(self):
@@ -142,6 +143,10 @@ class Adoption(object):
         info_owner = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids)
         return _Seen(info, info_owner)
 
+    def _fail(self, code, **facts):
+        self.out['error_code'] = code
+        self.out['error'] = say.adopt_error(code, **facts)
+
     def _skip(self, pid, code, owner=None):
         self.out['not_adopted'].append(say.not_adopted(code, pid, owner))
         self.out['not_adopted_codes'].append({'pid': pid, 'reason_code': code})
@@ -151,10 +156,7 @@ class Adoption(object):
         descendants, each one adoption allows. Changes nothing."""
         unknown = [pid for pid, start in self.roots if start is None]
         if unknown:
-            self.out['error'] = (
-                'no start time was recorded for PID %s when it was found: without it this run cannot tell it '
-                'from a process that took its number since, so nothing was adopted or stopped. Run again (it is '
-                'read afresh), or stop the hand-started server yourself' % ', '.join(str(pid) for pid in unknown))
+            self._fail(gpu_lever.ADOPT_NO_START_TIME, pids=unknown)
             return self.out
         queue = []
         for pid, start in self.roots:
@@ -207,18 +209,14 @@ class Adoption(object):
         self._record('start_scope', scope, result, changed, at, round(self._at() - at, 3),
                      pids=sorted(self.planned))
         if not changed:
-            self.out['error'] = 'systemd refused the scope %s: %s' % (scope, result)
+            self._fail(gpu_lever.ADOPT_SCOPE_REFUSED, scope=scope, result=result)
             return self._finish()
         group = self._control_group(scope)
         odd = self._strangers(group) if group else None
         if odd is None:
-            self.out['error'] = ('systemd gave the scope %s no control group to verify; left running, nothing '
-                                 'stopped: look at it with `systemctl status %s`' % (scope, scope))
+            self._fail(gpu_lever.ADOPT_NO_CGROUP, scope=scope)
         elif odd:
-            self.out['error'] = ('%s holds PID %s, which is no process this run planned (a number reused between '
-                                 'the check and the move): the scope is left running, nothing stopped. Look at it '
-                                 'with `systemctl status %s` and stop what belongs to the old server by hand'
-                                 % (scope, ', '.join(str(p) for p in odd), scope))
+            self._fail(gpu_lever.ADOPT_STRANGERS, scope=scope, pids=odd)
         if not self.out['error']:
             self._end(scope)
         return self._finish()
@@ -264,7 +262,7 @@ class Adoption(object):
         # A scope whose last member died meanwhile is gone before the stop: stopped all the same.
         self.out['stopped'] = code == gpu_lever.UNIT_STOPPED or not self._alive()
         if not self.out['stopped']:
-            self.out['error'] = 'systemctl stop %s: %s' % (scope, result)
+            self._fail(gpu_lever.ADOPT_STOP_FAILED, scope=scope, result=result)
 
     def _finish(self):
         if not self.out['error']:

@@ -246,7 +246,7 @@ class Surveyor(object):
     def _survey(self, snapshot, selected, holders, clients, unconfirmed, spared):
         spared_pids = frozenset(h['pid'] for h in spared)
         rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
-        blind_sentence = self.access.sentence()
+        blind_sentence = say.blind(self.access)
         diagnosis = say.diagnosis(decide.findings(snapshot, holders, unconfirmed, rows, spared_pids,
                                                   bool(blind_sentence)), blind_sentence)
         return Survey(snapshot, selected, holders, clients, unconfirmed, rows, diagnosis, spared)
@@ -432,7 +432,7 @@ def _supervised_owner(owner, found, timeout, surveyor):
         elif code in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT):
             status = (code, text)
         else:
-            status = (supervisors.CLI_FAILED, '`%s` failed (%s): %s' % (' '.join(argv), code, text[-300:]))
+            status = (supervisors.CLI_FAILED, say.cli_failed(argv, code, text))
         surveyor.supervisor_status[key] = status
         if status[0] == 'ok':
             program = supervisors.program_of(runtime, entries, found['program_pid'], service)
@@ -440,8 +440,7 @@ def _supervised_owner(owner, found, timeout, surveyor):
     if status[0] != 'ok':
         error = {'code': status[0], 'text': status[1]}
     elif program is None:
-        error = {'code': supervisors.NOT_LISTED, 'text': 'its status lists no program with PID %d'
-                 % found['program_pid']}
+        error = {'code': supervisors.NOT_LISTED, 'text': say.not_listed(found['program_pid'])}
     program_id, name = program or ((service, os.path.basename(service)) if service else (None, None))
     new = gpu_owner.new_owner(gpu_owner.SUPERVISOR, owner['cgroup'], runtime=runtime, id=program_id, name=name,
                               unit=owner['unit'], manager=owner['manager'], controlled_by=owner['controlled_by'],
@@ -1095,7 +1094,7 @@ class Ladder(object):
         })
         if not result['free'] and not self.actor.recording:
             result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
-                                                   self.watch.respawners, self.surveyor.access.sentence())
+                                                   self.watch.respawners, say.blind(self.surveyor.access))
         return result
 
 

@@ -151,6 +151,12 @@ ADOPT_GONE = 'gone'        # exited before adoption
 ADOPT_REUSED = 'reused'    # its PID is another process's now (start time changed)
 ADOPT_KTHREAD = 'kthread'  # a kernel thread
 ADOPT_OWNED = 'owned'      # a unit, container, pod, guest or user's cgroup owns it
+# Why an adoption stopped (gpu_adopt.Adoption's `error_code`; gpu_say.adopt_error writes `error`).
+ADOPT_NO_START_TIME = 'no_start_time'   # a root recorded without its start time: nothing done
+ADOPT_SCOPE_REFUSED = 'scope_refused'   # systemd refused the transient scope
+ADOPT_NO_CGROUP = 'no_cgroup'           # the scope's control group could not be read to verify
+ADOPT_STRANGERS = 'strangers'           # the scope holds a PID this run did not plan
+ADOPT_STOP_FAILED = 'stop_failed'       # the scope's stop failed
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
 POD_OWNS = 'pod'                   # the kubelet owns it

@@ -23,6 +23,7 @@ import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 FORKNOEXEC_FLAG = 0x00000040  # PF_FORKNOEXEC: forked and not (yet) exec'd; cleared by execve
@@ -650,19 +651,18 @@ def runtime_details(owner, timeout=10):
     argv = gpu_lever.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
     if not argv or not row.get('cli'):
         return {}
-    said = ' '.join(argv)
     if not which(row['cli']):
-        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': '%s is not on PATH here' % row['cli']}}
+        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': say.cli_not_on_path(row['cli'])}}
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                              check=False, universal_newlines=True)
     except subprocess.TimeoutExpired:
-        return {'cli_error': {'code': gpu_owner.CLI_TIMEOUT, 'text': '`%s` did not answer within %ss' % (said, timeout)}}
+        return {'cli_error': {'code': gpu_owner.CLI_TIMEOUT, 'text': say.cli_no_answer(argv, timeout)}}
     except OSError as exc:
-        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': '`%s` could not start: %s' % (said, exc)}}
+        return {'cli_error': {'code': gpu_owner.CLI_MISSING, 'text': say.cli_not_started(argv, exc)}}
     if out.returncode != 0:
-        return {'cli_error': {'code': gpu_owner.CLI_FAILED, 'text': '`%s` failed (rc=%d): %s' % (
-            said, out.returncode, (out.stderr or out.stdout).strip()[-300:])}}
+        return {'cli_error': {'code': gpu_owner.CLI_FAILED, 'text': say.cli_failed(
+            argv, 'rc=%d' % out.returncode, (out.stderr or out.stdout).strip())}}
     details = gpu_owner.parse_inspect(row['parse'], out.stdout)
     # The runtime's word that this id is the holder's: the cgroup of the init PID it gives
     # (gpu_trust.confirm compares its container id with the holder's).
@@ -869,13 +869,13 @@ def supervisor_status(argv, timeout, uid=None, home=None):
     gpu_owner's CLI_MISSING, CLI_TIMEOUT with what went wrong. Run as user `uid` (with PM2_HOME
     `home`) when given: pm2's daemon is that user's."""
     if not which(argv[0]):
-        return gpu_owner.CLI_MISSING, '%s is not on PATH here' % argv[0]
+        return gpu_owner.CLI_MISSING, say.cli_not_on_path(argv[0])
     keywords = {}
     if uid:
         try:
             entry = pwd.getpwuid(uid)
         except KeyError:
-            return gpu_owner.CLI_FAILED, 'user %s does not exist' % uid
+            return gpu_owner.CLI_FAILED, say.cli_no_user(uid)
         keywords = {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'cwd': '/',
                     'env': {'HOME': entry.pw_dir, 'PM2_HOME': home or entry.pw_dir + '/.pm2',
                             'PATH': os.environ.get('PATH', '/usr/bin:/bin')}}
@@ -883,7 +883,7 @@ def supervisor_status(argv, timeout, uid=None, home=None):
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                              check=False, universal_newlines=True, **keywords)
     except subprocess.TimeoutExpired:
-        return gpu_owner.CLI_TIMEOUT, '`%s` did not answer within %ss' % (' '.join(argv), timeout)
+        return gpu_owner.CLI_TIMEOUT, say.cli_no_answer(argv, timeout)
     except OSError as exc:
-        return gpu_owner.CLI_MISSING, '`%s` could not start: %s' % (' '.join(argv), exc)
+        return gpu_owner.CLI_MISSING, say.cli_not_started(argv, exc)
     return ('ok' if out.returncode == 0 else 'rc=%d' % out.returncode), out.stdout.strip()

@@ -15,9 +15,9 @@ __metaclass__ = type
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import RUN_AS_ROOT
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
+RUN_AS_ROOT = 'run as root (become: true)'
 CONTAINER_INIT = "init of a container's PID namespace"
 POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
 
@@ -482,6 +482,28 @@ def not_adopted(code, pid, owner=None):
     return 'PID %d: %s' % (pid, code)
 
 
+def adopt_error(code, **facts):
+    """Why an adoption stopped (gpu_lever's ADOPT_NO_START_TIME ... ADOPT_STOP_FAILED), with the
+    lever that is left."""
+    if code == lever.ADOPT_NO_START_TIME:
+        return ('no start time was recorded for PID %s when it was found: without it this run cannot tell it '
+                'from a process that took its number since, so nothing was adopted or stopped. Run again (it is '
+                'read afresh), or stop the hand-started server yourself' % ', '.join(str(p) for p in facts['pids']))
+    if code == lever.ADOPT_SCOPE_REFUSED:
+        return 'systemd refused the scope %s: %s' % (facts['scope'], facts['result'])
+    if code == lever.ADOPT_NO_CGROUP:
+        return ('systemd gave the scope %s no control group to verify; left running, nothing '
+                'stopped: look at it with `systemctl status %s`' % (facts['scope'], facts['scope']))
+    if code == lever.ADOPT_STRANGERS:
+        return ('%s holds PID %s, which is no process this run planned (a number reused between '
+                'the check and the move): the scope is left running, nothing stopped. Look at it '
+                'with `systemctl status %s` and stop what belongs to the old server by hand'
+                % (facts['scope'], ', '.join(str(p) for p in facts['pids']), facts['scope']))
+    if code == lever.ADOPT_STOP_FAILED:
+        return 'systemctl stop %s: %s' % (facts['scope'], facts['result'])
+    raise KeyError(code)
+
+
 def came_back(ended, new_pids, after_s):
     """What a watched ancestor brought back (a respawn step's result; a respawner's `respawned`)."""
     return 'PID(s) %s came back as PID %s %.2f s after the first was ended' % (
@@ -498,3 +520,74 @@ def step(code, **facts):
     """The action log's `result` for what a step did (gpu_lever's step codes), as a Said."""
     form = _STEPS[code]
     return Said(form(facts) if callable(form) else form % facts, code)
+
+
+def blind(access):
+    """The first diagnosis sentence of a module that may not read every process (a
+    gpu_access.ProcAccess), else None."""
+    if not access.blind:
+        return None
+    hidden = (' /proc is mounted with hidepid=%s, so other users\' processes do not even show.'
+              % access.hidepid) if access.hidepid not in (None, '0', 'off') else ''
+    return ('%s: this module runs as %s (UID %d) without CAP_SYS_PTRACE and cannot read other '
+            'users\' processes, so holders of the GPUs may be invisible or unreadable to it.%s '
+            'Memory it cannot explain is no evidence of a leaked context.'
+            % (RUN_AS_ROOT.capitalize(), access.user, access.euid, hidden))
+
+
+def reset_refused_blind(blind_sentence):
+    """gpu_reclaim's refusal of allow_reset by a module that may not read every process."""
+    return 'allow_reset refused: %s Nothing was signalled.' % blind_sentence
+
+
+# An owner's CLI (a runtime's, a supervisor's) that gave no answer: the `text` beside the code of
+# a `cli_error` (gpu_owner.CLI_MISSING, CLI_TIMEOUT, CLI_FAILED; gpu_supervisor's STOP_FAILED,
+# CAME_BACK, NOT_LISTED). Decisions read the code; the text names the command and what it said.
+
+def cli_not_on_path(cli):
+    return '%s is not on PATH here' % cli
+
+
+def cli_no_answer(argv, timeout):
+    return '`%s` did not answer within %ss' % (' '.join(argv), timeout)
+
+
+def cli_unfinished(argv, timeout):
+    """A command that changes the host (a stop, a reset step) still running at its bound."""
+    return '%s did not finish within %ss' % (' '.join(argv), timeout)
+
+
+def cli_not_started(argv, exc):
+    return '`%s` could not start: %s' % (' '.join(argv), exc)
+
+
+def cli_failed(argv, status, output):
+    """`status`: how it ended ('rc=N')."""
+    return '`%s` failed (%s): %s' % (' '.join(argv), status, output[-300:])
+
+
+def cli_no_user(uid):
+    return 'user %s does not exist' % uid
+
+
+def cli_said(argv, output):
+    return '`%s`: %s' % (' '.join(argv), output)
+
+
+def status_after_stop(output):
+    return 'its status after the stop: %s' % output[-300:]
+
+
+def not_down(argv, rc, output, bound):
+    return '`%s` (rc=%d: %s) and the program is not down after %ss' % (' '.join(argv), rc, output[-200:], bound)
+
+
+def program_back(pid, watched):
+    return 'it started the program again (PID %s) %.2f s after it read down' % (pid, watched)
+
+
+STATUS_FAILED = 'its status failed'
+
+
+def not_listed(pid):
+    return 'its status lists no program with PID %d' % pid

@@ -457,6 +457,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
     RECLAIM_ARGUMENT_SPEC, SURVEY_ARGUMENT_SPEC, ladder_from_params, pattern_error, reclaim_param_error)
 
@@ -471,9 +472,9 @@ def main():
         module.fail_json(msg=error)
     try:
         ladder = ladder_from_params(params, module.check_mode)
-        blind = ladder.surveyor.access.sentence()
+        blind = say.blind(ladder.surveyor.access)
         if blind and params['allow_reset']:
-            module.fail_json(msg='allow_reset refused: %s Nothing was signalled.' % blind)
+            module.fail_json(msg=say.reset_refused_blind(blind))
         if module.check_mode:
             result = ladder.run()
         else:

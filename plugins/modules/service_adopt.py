@@ -168,6 +168,12 @@ error:
   description: Why the adoption failed (the module then fails with it as C(msg)), else null.
   returned: always
   type: str
+error_code:
+  description: >-
+    The same as a code, else null: V(no_start_time) (nothing done), V(scope_refused),
+    V(no_cgroup) or V(strangers) (the scope left running, nothing stopped), V(stop_failed).
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

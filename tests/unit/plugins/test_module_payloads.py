@@ -75,7 +75,7 @@ def test_gpu_holders_payload_has_what_it_imports():
 
 def test_the_role_modules_payloads_have_what_they_import():
     adopt = payload_module_utils('service_adopt')
-    assert {'gpu_adopt.py', 'gpu_act.py', 'gpu_observe.py', 'gpu_owner.py', 'gpu_text.py', 'gpu_access.py'} <= adopt
+    assert {'gpu_adopt.py', 'gpu_act.py', 'gpu_observe.py', 'gpu_owner.py', 'gpu_text.py', 'gpu_say.py'} <= adopt
     listen = payload_module_utils('port_owner')
     assert {'gpu_listen.py', 'gpu_observe.py', 'gpu_owner.py', 'gpu_trust.py', 'gpu_text.py'} <= listen
     # Neither carries the ladder.

@@ -241,3 +241,13 @@ def test_the_scopes_stop_is_read_from_its_code_never_its_words(procs):
         assert adoption.out['actions'][-1]['result'] == str(said)
         assert not isinstance(adoption.out['actions'][-1]['result'], gpu_say.Said)
     assert plain.poll() is None
+
+
+def test_a_stopped_adoption_carries_its_code_beside_its_words(procs):
+    server = procs()
+    out = gpu_adopt.Adoption('sglang-adopted', 5, [(server.pid, start_of(server.pid)), (4242, None)],
+                             actor=Refusing()).run()
+    assert out['error_code'] == 'no_start_time' and out['error'].startswith('no start time was recorded')
+    assert server.poll() is None
+    done = gpu_adopt.Adoption('sglang-adopted', 5, [], actor=Refusing()).run()
+    assert done['error'] is None and done['error_code'] is None

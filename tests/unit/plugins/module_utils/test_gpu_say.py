@@ -242,3 +242,87 @@ def test_a_signal_refusal_is_a_code_and_send_signal_writes_it():
     assert gpu_act.signal_refusal(os.getpid(), 5) == lever.PID_PROTECTED
     refused = gpu_act.send_signal(0, 5, signal.SIGTERM)
     assert refused.code == lever.PID_NEVER and refused == 'refused: PID 0 is never signalled'
+
+
+def test_the_blind_sentence_is_written_here_from_what_access_found():
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_access as access
+    seen = access.ProcAccess(euid=1000, user='lab', can_read_all=False, hidepid='invisible')
+    text = say.blind(seen)
+    assert text.startswith('Run as root (become: true): this module runs as lab (UID 1000)')
+    assert 'hidepid=invisible' in text
+    assert seen.sentence() == text   # gpu_access only hands it on
+    assert say.blind(access.ProcAccess(euid=0, user='root', can_read_all=True, hidepid=None)) is None
+    assert say.reset_refused_blind(text) == 'allow_reset refused: %s Nothing was signalled.' % text
+
+
+def test_an_owner_cli_that_gave_no_answer_is_written_here():
+    argv = ['supervisorctl', 'status', 'a b']
+    assert say.cli_not_on_path('docker') == 'docker is not on PATH here'
+    assert say.cli_no_answer(argv, 10) == '`supervisorctl status a b` did not answer within 10s'
+    assert say.cli_not_started(argv, OSError(13, 'Permission denied')) == \
+        '`supervisorctl status a b` could not start: [Errno 13] Permission denied'
+    assert say.cli_failed(argv, 'rc=4', 'x' * 400) == '`supervisorctl status a b` failed (rc=4): ' + 'x' * 300
+    assert say.cli_unfinished(['sv', 'down', 'w'], 40) == 'sv down w did not finish within 40s'
+    assert say.not_down(['sv', 'down', 'w'], 1, 'y' * 250, 40) == \
+        '`sv down w` (rc=1: %s) and the program is not down after 40s' % ('y' * 200)
+    assert say.program_back(4242, 1.234) == 'it started the program again (PID 4242) 1.23 s after it read down'
+    assert say.not_listed(77) == 'its status lists no program with PID 77'
+    assert say.status_after_stop('z' * 400) == 'its status after the stop: ' + 'z' * 300
+
+
+def test_no_owner_cli_error_text_is_written_outside_gpu_say():
+    """The phrases of an owner's CLI that gave no answer, and the blind sentence, live in gpu_say
+    alone. (A driver's or a pattern's typed error carries its own message: gpu_nvidia,
+    gpu_patterns.)"""
+    phrases = ('not on PATH here', '` did not answer within', '` could not start:', '%s did not finish within %ss',
+               'is not down after', 'started the program again', 'lists no program with PID',
+               'its status after the stop', 'without CAP_SYS_PTRACE', 'allow_reset refused:',
+               'no start time was recorded', 'systemd refused the scope', 'no control group to verify',
+               'no process this run planned')
+    found = []
+    for top, _dirs, files in os.walk(PLUGINS):
+        for name in files:
+            if not name.endswith('.py') or name == 'gpu_say.py':
+                continue
+            path = os.path.join(top, name)
+            with open(path) as handle:
+                tree = ast.parse(handle.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    found += ['%s:%d %s' % (name, node.lineno, p) for p in phrases if p in node.value]
+    # Docstrings and DOCUMENTATION may name the phrases; what is written is in code.
+    written = [f for f in found if not _in_documentation(f)]
+    assert written == []
+
+
+def _in_documentation(found):
+    name, rest = found.split(':', 1)
+    line = int(rest.split()[0])
+    for top, _dirs, files in os.walk(PLUGINS):
+        if name in files:
+            with open(os.path.join(top, name)) as handle:
+                tree = ast.parse(handle.read())
+            docs = []
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and any(getattr(t, 'id', '') in ('DOCUMENTATION', 'EXAMPLES', 'RETURN')
+                                                        for t in node.targets):
+                    docs.append((node.lineno, node.end_lineno))
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) and ast.get_docstring(node):
+                    first = node.body[0]
+                    docs.append((first.lineno, first.end_lineno))
+            return any(a <= line <= b for a, b in docs)
+    return False
+
+
+def test_why_an_adoption_stopped_is_written_from_its_code():
+    assert say.adopt_error(lever.ADOPT_SCOPE_REFUSED, scope='s-1.scope', result='denied') == \
+        'systemd refused the scope s-1.scope: denied'
+    assert say.adopt_error(lever.ADOPT_STOP_FAILED, scope='s-1.scope', result='timeout') == \
+        'systemctl stop s-1.scope: timeout'
+    assert 'PID 7, 9, which is no process this run planned' in say.adopt_error(lever.ADOPT_STRANGERS,
+                                                                               scope='s-1.scope', pids=[7, 9])
+    assert '`systemctl status s-1.scope`' in say.adopt_error(lever.ADOPT_NO_CGROUP, scope='s-1.scope')
+    assert say.adopt_error(lever.ADOPT_NO_START_TIME, pids=[4242]).startswith(
+        'no start time was recorded for PID 4242 when it was found')
+    with pytest.raises(KeyError):
+        say.adopt_error('no_such_code')
