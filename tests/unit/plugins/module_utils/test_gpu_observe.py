@@ -291,3 +291,32 @@ def test_supervisor_chains_of_siblings_read_their_parent_once(monkeypatch):
             child.wait()
     assert shared == alone and all(chain[1].pid == os.getpid() for chain in shared)
     assert sorted(reads) == sorted(set(reads)) and reads.count(os.getpid()) == 1, reads
+
+
+def _maps_line_by_line(raw, node_paths):
+    """The reading maps_device_paths replaced, kept as the reference: every line split off."""
+    found = set()
+    for path in node_paths:
+        needle = b' ' + path.encode()
+        for line in raw.split(b'\n'):
+            index = line.find(needle)
+            if index >= 0:
+                found.add(line[index + 1:].decode('utf-8', 'replace').strip())
+    return found
+
+
+def test_maps_device_paths_reads_what_a_line_by_line_reading_reads():
+    import random
+    rng = random.Random(19)
+    shapes = (b'7f00-7f01 rw-s 00000000 00:05 %d                 /dev/nvidia%d',
+              b'7f00-7f01 rw-s 00000000 00:05 %d /dev/nvidiactl%d (deleted)',
+              b'7f00-7f01 r-xp 00000000 08:01 %d /usr/lib/libcuda.so.%d',
+              b'7f00-7f01 rw-p 00000000 00:00 %d /tmp/a /dev/nvidia%d',      # a user's file named so
+              b'%d /dev/nvidia-uvm%d')
+    for _trial in range(2000):
+        lines = [rng.choice(shapes) % (rng.randint(1, 999), rng.randint(0, 7)) for _ in range(rng.randint(0, 40))]
+        raw = b'\n'.join(lines) + (b'\n' if rng.random() < 0.5 else b'')
+        paths = rng.choice([('/dev/nvidia',), ('/dev/nvidia', '/dev/nvidia-uvm'), ('/dev/dri',)])
+        assert observe.maps_device_paths(raw, paths) == _maps_line_by_line(raw, paths)
+    assert observe.maps_device_paths(b'1 /dev/nvidia3', ('/dev/nvidia',)) == {'/dev/nvidia3'}   # no newline at the end
+    assert observe.maps_device_paths(b'', ('/dev/nvidia',)) == set()
