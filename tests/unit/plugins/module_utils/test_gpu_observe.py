@@ -314,7 +314,7 @@ def test_maps_device_paths_reads_what_a_line_by_line_reading_reads():
               b'7f00-7f01 rw-p 00000000 00:00 %d /tmp/a /dev/nvidia%d',      # a user's file named so
               b'%d /dev/nvidia-uvm%d')
     for _trial in range(2000):
-        lines = [rng.choice(shapes) % (rng.randint(1, 999), rng.randint(0, 7)) for _ in range(rng.randint(0, 40))]
+        lines = [rng.choice(shapes) % (rng.randint(1, 999), rng.randint(0, 7)) for _unused in range(rng.randint(0, 40))]
         raw = b'\n'.join(lines) + (b'\n' if rng.random() < 0.5 else b'')
         paths = rng.choice([('/dev/nvidia',), ('/dev/nvidia', '/dev/nvidia-uvm'), ('/dev/dri',)])
         assert observe.maps_device_paths(raw, paths) == _maps_line_by_line(raw, paths)
