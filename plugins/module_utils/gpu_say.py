@@ -543,6 +543,8 @@ def reset_refused_blind(blind_sentence):
 # An owner's CLI (a runtime's, a supervisor's) that gave no answer: the `text` beside the code of
 # a `cli_error` (gpu_owner.CLI_MISSING, CLI_TIMEOUT, CLI_FAILED; gpu_supervisor's STOP_FAILED,
 # CAME_BACK, NOT_LISTED). Decisions read the code; the text names the command and what it said.
+STATUS_FAILED = 'its status failed'
+
 
 def cli_not_on_path(cli):
     return '%s is not on PATH here' % cli
@@ -584,9 +586,6 @@ def not_down(argv, rc, output, bound):
 
 def program_back(pid, watched):
     return 'it started the program again (PID %s) %.2f s after it read down' % (pid, watched)
-
-
-STATUS_FAILED = 'its status failed'
 
 
 def not_listed(pid):

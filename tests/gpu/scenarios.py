@@ -968,8 +968,9 @@ def s12_many_ranks(ctx):
     S12_REPS times each, alternating with gpu_reclaim on the same shape. The floor: from the kill
     until NVML has answered that GPU 0 reads back at its baseline (when the answer came, not when
     it was asked: that read blocks while the driver tears the last context down, run19), in an
-    NVML session opened before it, polled every 2 ms. gpu_reclaim's times come from its action log, from the ladder's start (module import and
-    Ansible's start-up left out, as bench/run reclaim counts the Ladder's own time): its first
+    NVML session opened before it, polled every 2 ms. gpu_reclaim's times come from its action
+    log, from the ladder's start (module import and Ansible's start-up left out, as bench/run
+    reclaim counts the Ladder's own time): its first
     signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free: its own
     NVML read, in the session it holds for the run). Ratios to the floor are recorded, never
     asserted."""
