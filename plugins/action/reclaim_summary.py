@@ -32,7 +32,7 @@ GPU_FIELDS = ('index', 'memory_used_mib', 'memory_total_mib', 'free', 'holders')
 # per host here, 12 s on 1,000 hosts).
 RUN_VARS = ('gpus_free_result', 'reclaim__strays_result', 'reclaim__failure', 'reclaim__batch', 'inference_service_info',
             'inference_service__reasons', 'inference_service__adopted', 'inference_service__strays_freed',
-            'inference_service__containers_stopped')
+            'inference_service__containers_stopped', 'inference_service_server')
 # Inventory variables, which may be templates: read through hostvars, only on hosts with a server.
 SERVER_VARS = ('inference_service_name', 'inference_service_flags', 'inference_service_gpus')
 
@@ -168,6 +168,8 @@ def host_record(host, check_mode=False):
         record['server'] = {'name': host.get('inference_service_name'),
                             'flags': host.get('inference_service_flags') or {},
                             'max_total_num_tokens': info.get('max_total_num_tokens'),
+                            # The server's state as the role published it (README "The server's state").
+                            'state': host.get('inference_service_server'),
                             # Why the role (re)started it, or in check mode would: empty when converged.
                             'restart_reasons': reasons,
                             # A hand-started server the role adopted, and each process that ended with it.

@@ -17,7 +17,7 @@ description:
     C(gpus_free_result), C(inference_service_*) variables and recorded failure of each host, and writes one JSON file.
   - "Per host: C(status) (ok, failed, no result (unreachable)), C(changed), C(gpus_before) and C(gpus_after)
     (index, memory_used_mib, memory_total_mib, free, holders), C(reclaim_elapsed_s), C(actions) (with C(at_s)),
-    C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens, restart_reasons, adoption, container_adoption,
+    C(remaining) PIDs, C(server) (name, flags, max_total_num_tokens, state (the role's inference_service_server), restart_reasons, adoption, container_adoption,
     gpus_reclaim, strays_reclaim) and C(failure) (stage, task, msg)."
   - The top-level GPUs and actions are the stray reclaim's (the GPUs no server is assigned to). On a host whose
     server was converged, C(server.gpus_reclaim) holds the inference_service role's own reclaim of the server's
