@@ -16,9 +16,9 @@ author: gpuops.reclaim maintainers
 version_added: "1.1.0"
 short_description: the inference_service inputs that cannot work together
 description:
-  - "A health timeout shorter than the probe window, a drain timeout longer than the stop timeout, an engine
-    without a generation endpoint: one entry each, naming the variable."
-positional: _input, probe_period, probe_failures, stop_timeout, drain_timeout, engine, engine_name
+  - "A health timeout shorter than the probe window, an engine without a generation endpoint: one entry each,
+    naming the variable."
+positional: _input, probe_period, probe_failures, engine, engine_name
 options:
   _input:
     description: C(inference_service_health_timeout).
@@ -32,14 +32,6 @@ options:
     description: C(inference_service_probe_failures).
     type: raw
     required: true
-  stop_timeout:
-    description: C(inference_service_stop_timeout).
-    type: raw
-    required: true
-  drain_timeout:
-    description: C(inference_service_drain_timeout), or null without a drain.
-    type: raw
-    required: true
   engine:
     description: The engine's entry in the role's engine table.
     type: dict
@@ -51,7 +43,7 @@ options:
 """
 
 EXAMPLES = r"""
-problems: "{{ 1800 | gpuops.reclaim.server_inputs(5, 3, 60, none, engine, 'sglang') }}"
+problems: "{{ 1800 | gpuops.reclaim.server_inputs(5, 3, engine, 'sglang') }}"
 """
 
 RETURN = r"""

@@ -205,12 +205,12 @@ def server_say(state, health_timeout=None):
             'reasons': [said.get(reason, reason) for reason in state.get('reasons') or []]}
 
 
-def server_inputs(health_timeout, probe_period, probe_failures, stop_timeout, drain_timeout, engine, engine_name):
+def server_inputs(health_timeout, probe_period, probe_failures, engine, engine_name):
     """The role's inputs that cannot work together: [{code, variable, ...}], empty when they fit.
 
     A health timeout shorter than the probe window would call a loading server stalled before one
-    window of probes could show it healthy; a drain longer than the stop timeout would be cut by
-    systemd's SIGKILL; an engine without a generation endpoint cannot prove it serves."""
+    window of probes could show it healthy; an engine without a generation endpoint cannot prove
+    it serves."""
     problems = []
     timeout, period, failures = _num(health_timeout), _num(probe_period), _num(probe_failures)
     if None in (timeout, period, failures) or period <= 0 or failures < 1:
@@ -219,10 +219,6 @@ def server_inputs(health_timeout, probe_period, probe_failures, stop_timeout, dr
     elif timeout < period * failures:
         problems.append({'code': 'health_timeout_short', 'variable': 'inference_service_health_timeout',
                          'value': health_timeout, 'window': period * failures})
-    drain, stop = _num(drain_timeout), _num(stop_timeout)
-    if drain is not None and stop is not None and drain > stop:
-        problems.append({'code': 'drain_longer_than_stop', 'variable': 'inference_service_drain_timeout',
-                         'value': drain_timeout, 'stop_timeout': stop_timeout})
     if not isinstance(engine, dict) or not engine.get('generate_path'):
         problems.append({'code': 'no_generate_endpoint',
                          'variable': 'inference_service__engines.%s.generate_path' % engine_name, 'value': None})
@@ -237,10 +233,6 @@ def server_inputs_say(problems):
             said.append('%s=%s is shorter than the probe window (inference_service_probe_failures x '
                         'inference_service_probe_period = %s s): a loading server would be judged before one '
                         'window of probes; raise it' % (p['variable'], p['value'], p['window']))
-        elif p['code'] == 'drain_longer_than_stop':
-            said.append('%s=%s is longer than inference_service_stop_timeout=%s: systemd would SIGKILL the '
-                        'server before its drain ends; lower it or raise the stop timeout'
-                        % (p['variable'], p['value'], p['stop_timeout']))
         elif p['code'] == 'no_generate_endpoint':
             said.append('%s is not set: the role cannot prove the server generates; name the engine\'s '
                         'completion endpoint in the engine table (vars/main.yml)' % p['variable'])
@@ -249,9 +241,7 @@ def server_inputs_say(problems):
     return said
 
 
-def server_inputs_checked(health_timeout, probe_period, probe_failures, stop_timeout, drain_timeout, engine,
-                          engine_name):
+def server_inputs_checked(health_timeout, probe_period, probe_failures, engine, engine_name):
     """server_inputs with each problem's sentence (server_inputs_say) as `msg`."""
-    problems = server_inputs(health_timeout, probe_period, probe_failures, stop_timeout, drain_timeout, engine,
-                             engine_name)
+    problems = server_inputs(health_timeout, probe_period, probe_failures, engine, engine_name)
     return [dict(p, msg=msg) for p, msg in zip(problems, server_inputs_say(problems))]

@@ -168,3 +168,23 @@ def test_a_start_whose_generation_hangs_is_a_failed_start_and_rolls_back(lab, no
     assert "--mem-fraction-static 0.8" in lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
     assert healthy(lab, node)
     assert host["server"]["state"]["code"] == "rolled_back", host["server"]
+
+
+def test_inputs_that_cannot_work_together_are_refused_naming_the_variable_and_the_server_is_untouched(lab, node):
+    tmp, _ = converge(lab, node, server_vars())
+    pid = main_pid(lab, node)
+    write_host_vars(tmp, node, server_vars(inference_service_health_timeout=10))
+    run, summary = run_playbook(tmp, [node])
+    msg = summary["hosts"][node]["failure"]["msg"]
+    assert run.returncode == 2 and "inference_service_health_timeout=10 is shorter than the probe window" in msg, msg
+    assert main_pid(lab, node) == pid
+    # The engine table without a generation endpoint (an entry someone added or trimmed; the role's
+    # vars/main.yml outranks inventory, so extra vars stand in for an edited table).
+    write_host_vars(tmp, node, server_vars())
+    table = os.path.join(tmp, "engines.json")
+    with open(table, "w") as f:
+        json.dump({"inference_service__engines": {"sglang": {"health_path": "/health"}}}, f)
+    run, summary = run_playbook(tmp, [node], "-e", "@" + table)
+    msg = summary["hosts"][node]["failure"]["msg"]
+    assert run.returncode == 2 and "inference_service__engines.sglang.generate_path is not set" in msg, msg
+    assert main_pid(lab, node) == pid

@@ -24,10 +24,18 @@ def test_summary_record_of_a_failed_server_and_of_an_unreachable_host():
                           "inference_service_info": {"max_total_num_tokens": 116000}})
     assert record["status"] == "failed" and record["failure"] == failure
     assert record["server"] == {"name": "sglang", "flags": {"tp_size": 8}, "max_total_num_tokens": 116000,
-                                "restart_reasons": [], "adoption": None, "container_adoption": None, "gpus_reclaim": None,
+                                "state": None, "restart_reasons": [], "adoption": None, "container_adoption": None, "gpus_reclaim": None,
                                 "strays_reclaim": None}
     assert record["changed"] is False
     assert host_record({})["status"] == "no result (unreachable)"
+
+
+def test_summary_record_carries_the_server_state_the_role_published():
+    state = {"state": "serving", "code": "restarted", "age_s": 12.6, "last_progress": None,
+             "time_to_serve_s": 12.5, "ttft_s": 0.03}
+    record = host_record({"gpus_free_result": RESULT, "inference_service_name": "sglang",
+                          "inference_service_server": state})
+    assert record["server"]["state"] == state
 
 
 def test_summary_report_names_each_line_with_its_host():

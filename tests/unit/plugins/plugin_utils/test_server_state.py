@@ -138,21 +138,16 @@ ENGINE = {"generate_path": "/generate"}
 
 
 def test_inputs_that_fit():
-    assert ss.server_inputs(1800, 5, 3, 60, None, ENGINE, "sglang") == []
+    assert ss.server_inputs(1800, 5, 3, ENGINE, "sglang") == []
 
 
 def test_a_health_timeout_shorter_than_the_probe_window_is_refused_naming_it():
-    got = ss.server_inputs_checked(10, 5, 3, 60, None, ENGINE, "sglang")
+    got = ss.server_inputs_checked(10, 5, 3, ENGINE, "sglang")
     assert [p["variable"] for p in got] == ["inference_service_health_timeout"]
     assert "15" in got[0]["msg"] and "inference_service_health_timeout=10" in got[0]["msg"]
 
 
-def test_a_drain_longer_than_the_stop_timeout_is_refused_naming_it():
-    got = ss.server_inputs_checked(1800, 5, 3, 60, 90, ENGINE, "sglang")
-    assert [p["variable"] for p in got] == ["inference_service_drain_timeout"]
-
-
 def test_an_engine_without_a_generation_endpoint_is_refused_naming_the_table_entry():
-    got = ss.server_inputs_checked(1800, 5, 3, 60, None, {"health_path": "/health"}, "myengine")
+    got = ss.server_inputs_checked(1800, 5, 3, {"health_path": "/health"}, "myengine")
     assert [p["variable"] for p in got] == ["inference_service__engines.myengine.generate_path"]
     assert "vars/main.yml" in got[0]["msg"]
