@@ -136,7 +136,7 @@ RUNTIME_TESTS = tests/integration/test_docker.py tests/integration/test_supervis
 lab-test: venv host-deps fakegpu collection-link proxmox-collection
 	mkdir -p $(SKIP_DIR)
 	$(VPY) -m pytest -q -rsx tests/integration 2>&1 | tee $(SKIP_DIR)/lab-test.log
-	$(CONTAINER_LAB) $(VPY) -m pytest -q -rsx tests/integration/test_containers.py tests/integration/test_container_health.py 2>&1 | tee $(SKIP_DIR)/lab-test-containers.log
+	$(CONTAINER_LAB) $(VPY) -m pytest -q -rsx tests/integration/test_containers.py tests/integration/test_container_health.py tests/integration/test_server_state_containers.py 2>&1 | tee $(SKIP_DIR)/lab-test-containers.log
 	$(RUNTIMES_LAB) $(VPY) -m pytest -q -rsx $(RUNTIME_TESTS) 2>&1 | tee $(SKIP_DIR)/lab-test-runtimes.log
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared

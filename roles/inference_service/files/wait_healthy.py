@@ -179,7 +179,7 @@ def observe(req):
     period, failures = float(probe.get("period", 5)), max(1, int(probe.get("failures", 3)))
     now = dict(unit_state(unit), unit=unit) if unit else {}
     statuses, start = [], time.monotonic()
-    active = now.get("ActiveState") == "active"
+    active = now.get("ActiveState") == "active" if unit else True
     for n in range(failures if active else 1):
         due = start + n * period
         time.sleep(max(0.0, due - time.monotonic()))
