@@ -48,7 +48,7 @@ problems: "{{ 1800 | gpuops.reclaim.server_inputs(5, 3, engine, 'sglang') }}"
 
 RETURN = r"""
 _value:
-  description: [{code, variable, msg}], empty when the inputs fit.
+  description: One C({code, variable, msg}) per problem, empty when the inputs fit.
   type: list
 """
 

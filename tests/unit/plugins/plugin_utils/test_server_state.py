@@ -36,8 +36,8 @@ def judge(observed, holders=RANKS, gpus=("0", "1"), changed=False, own=""):
 
 
 def test_a_young_server_without_health_is_loading_and_waited_for_with_the_time_it_has_left():
-    got = judge(seen(age=300, line={"line": "Loading safetensors checkpoint shards:  40% Completed | 2/5",
-                                     "age_s": 3}))
+    line = {"line": "Loading safetensors checkpoint shards:  40% Completed | 2/5", "age_s": 3}
+    got = judge(seen(age=300, line=line))
     assert (got["state"], got["code"], got["restart"]) == ("loading", "loading", False)
     assert got["wait_s"] == 1500
     said = ss.server_say(got, TIMEOUT)["state"]
