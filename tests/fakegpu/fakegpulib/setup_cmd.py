@@ -56,6 +56,8 @@ def build_config(args, minors, old):
             "leaked_mib": int(prev.get("leaked_mib", 0)),
             "context_uncharged_mib": args.context_uncharged_mib,
         })
+        if prev.get("faults"):
+            gpus[-1]["faults"] = prev["faults"]
     return {
         "version": 1,
         "driver_version": "580.159.04",
