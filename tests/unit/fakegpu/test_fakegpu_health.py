@@ -57,7 +57,6 @@ def health(root, timeout=60):
     return json.loads(out.stdout)
 
 
-
 def test_a_healthy_gpu_answers_as_the_h100_measured(root):
     """No fault: what an H100 with driver 580.159.04 answered (issue 30): remapped rows 0,0,0,0,
     retired pages Not Supported, field 230 0; a field it does not know is Not Supported."""
