@@ -144,12 +144,16 @@ def take_health(backend, indices, timeout, xid_since=None, xid_log=None):
         if hung is None:
             backend.end_session(timeout)
     xids, unread = None, None
+    started = time.time()
     try:
         xids = backend.read_xids(xid_since, timeout, xid_log)
     except NvmlTimeout as exc:
         unread = (READ_HUNG, str(exc))
     except ObserveError as exc:
         unread = (READ_FAILED, str(exc))
+    took = round((time.time() - started) * 1000.0, 3)
+    for record in records.values():
+        record.took_ms[XID_READ] = took     # one read of the log for every GPU
     return records, xids, unread
 
 
