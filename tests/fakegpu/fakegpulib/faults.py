@@ -31,6 +31,14 @@ def xid_log_path():
     return paths.under_root("var/log/fakegpu/kernel.log")
 
 
+def make_xid_log(truncate=False):
+    """The kernel log stand-in, empty, as a booted node's kernel log holds no Xid: root's,
+    0644 (the Xid reader refuses a file others may write)."""
+    os.makedirs(os.path.dirname(xid_log_path()), exist_ok=True)
+    fd = os.open(xid_log_path(), os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0), 0o644)
+    os.close(fd)
+
+
 def _value(name, text):
     if text is None:
         raise UsageError("fault %s needs a value" % name)
@@ -88,10 +96,7 @@ def xid_line(bus_id, xid, pid, text, at):
 
 def xid(args):
     if args.clear:
-        try:
-            os.unlink(xid_log_path())
-        except FileNotFoundError:
-            pass
+        make_xid_log(truncate=True)
         return 0
     if args.gpu is None or args.xid is None:
         raise UsageError("xid: give --gpu IDX and the Xid number (or --clear)")
@@ -101,7 +106,7 @@ def xid(args):
     gpu = config.gpu_by_index(cfg, args.gpu)
     line = xid_line(gpu["pci_bus_id"], args.xid, args.pid, args.text,
                     args.at if args.at is not None else time.time())
-    os.makedirs(os.path.dirname(xid_log_path()), exist_ok=True)
+    make_xid_log()
     with open(xid_log_path(), "a") as f:
         f.write(line)
     return 0

@@ -3,7 +3,7 @@ import os
 import re
 import uuid
 
-from . import config, paths
+from . import config, faults, paths
 from .errors import UsageError
 
 
@@ -90,6 +90,7 @@ def run(args):
             old = None
         cfg = build_config(args, minors, old)
         make_device_files(minors)
+        faults.make_xid_log()
         config.write(cfg)
     print("fakegpu: %d GPU(s) under %s" % (len(minors), paths.root()))
     return 0
