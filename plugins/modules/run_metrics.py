@@ -22,7 +22,7 @@ description:
     over the last one, so node_exporter never reads half a file. It is C(0644), the
     directory is made C(0755) only when missing.
   - A last file that does not read back (a counter that is not a number) is replaced, and its
-    counters start again at 0, with a warning. A file at RV(path) that this module did not
+    counters start again at 0, with a warning. A file at RV(file) that this module did not
     write (or that is not a regular file) is left as it is and nothing is written, with a
     warning naming it.
   - C(playbooks/reclaim.yml) calls it once per host at the end of every run (the reclaim timer
@@ -86,7 +86,7 @@ options:
         the rule C(GpuopsReclaimNotRunning) reads. Omitted for runs not started by the timer.
     type: str
 notes:
-  - Only the file at RV(path) and a temporary file beside it are written; the module reads nothing
+  - Only the file at RV(file) and a temporary file beside it are written; the module reads nothing
     else on the host.
 seealso:
   - name: node_exporter's textfile collector
@@ -104,7 +104,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-path:
+file:
   description: The metrics file, or null when O(dir) is empty.
   returned: always
   type: str
@@ -251,17 +251,17 @@ def main():
     if error:
         module.fail_json(msg='%s. Nothing was written.' % error)
     if not params['dir']:
-        module.exit_json(changed=False, path=None, written=False, previous=None)
+        module.exit_json(changed=False, file=None, written=False, previous=None)
     path = os.path.join(params['dir'], params['name'])
     try:
         last, why = read_last(path)
     except OSError as exc:
         module.fail_json(msg='cannot read the last metrics file %s: %s. Nothing was written.' % (path, exc.strerror),
-                         path=path, written=False, previous=None)
+                         file=path, written=False, previous=None)
     if last == FOREIGN:
         module.warn('%s is not a metrics file of gpuops.reclaim.run_metrics (%s): left as it is, no metrics written. '
                     'Move it away, or set reclaim_metrics_dir (or the module\'s name) to another place.' % (path, why))
-        module.exit_json(changed=False, path=path, written=False, previous=FOREIGN)
+        module.exit_json(changed=False, file=path, written=False, previous=FOREIGN)
     if last.code == gpu_metrics.CORRUPT:
         module.warn('the last metrics file %s does not read back (%s): replaced, its counters start again at 0.'
                     % (path, last.why))
@@ -270,14 +270,14 @@ def main():
            'free_threshold_mib': params['free_threshold_mib'], 'interval_s': interval_s}
     text = prom_text.render(gpu_metrics.families(run, last), header=[gpu_metrics.HEADER])
     if module.check_mode:
-        module.exit_json(changed=True, path=path, written=False, previous=last.code, metrics=text)
+        module.exit_json(changed=True, file=path, written=False, previous=last.code, metrics=text)
     try:
         make_dir(params['dir'])
         write_atomic(path, text)
     except OSError as exc:
         module.fail_json(msg='cannot write the metrics file %s: %s (%s)' % (path, exc.strerror, exc.filename or path),
-                         path=path, written=False, previous=last.code)
-    module.exit_json(changed=True, path=path, written=True, previous=last.code, metrics=text)
+                         file=path, written=False, previous=last.code)
+    module.exit_json(changed=True, file=path, written=True, previous=last.code, metrics=text)
 
 
 if __name__ == '__main__':
