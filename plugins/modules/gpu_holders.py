@@ -68,7 +68,7 @@ options:
         remapping, volatile uncorrectable ECC errors, retired pages pending, the driver's recovery
         action field, and critical Xid errors in the kernel log.
       - Each read is bounded by O(nvml_timeout); one that fails or hangs is named in
-        RV(gpus[].health.facts.unread) and the reads after a hung one are not made.
+        C(facts.unread) of RV(gpus[].health) and the reads after a hung one are not made.
     type: bool
     default: true
   xid_since:
