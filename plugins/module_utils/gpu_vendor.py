@@ -51,11 +51,11 @@ class GpuBackend(object):
     def read_health(self, index, timeout):
         """GPU `index`'s health as a gpu_observe.GpuHealth, each read bounded by `timeout`; a
         read that fails or hangs is named in its `unread`, never raised. A backend that reads
-        no health says so for every read."""
+        no health says so for every read: unread, never healthy."""
         from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe
-        why = '%s reads no GPU health' % (self.name or 'this backend')
+        why = 'the %s backend reads no GPU health (install nvidia-ml-py)' % (self.name or 'this')
         return gpu_observe.GpuHealth(index, None, None, None, None, None,
-                                     dict((read, (gpu_observe.UNSUPPORTED, why))
+                                     dict((read, (gpu_observe.READ_FAILED, why))
                                           for read in gpu_observe.HEALTH_READS), {})
 
     def read_xids(self, since, timeout, log=None):

@@ -64,11 +64,11 @@ options:
     default: true
   health:
     description:
-      - Read each selected GPU's health (RV(gpus[].health)): whether NVML reaches it, row
+      - Read each selected GPU's health into RV(gpus[].health), whether NVML reaches it, row
         remapping, volatile uncorrectable ECC errors, retired pages pending, the driver's recovery
         action field, and critical Xid errors in the kernel log.
       - Each read is bounded by O(nvml_timeout); one that fails or hangs is named in
-        RV(gpus[].health.facts.unread) and the reads after a hung one are not made.
+        C(facts.unread) of RV(gpus[].health) and the reads after a hung one are not made.
     type: bool
     default: true
   xid_since:

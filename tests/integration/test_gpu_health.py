@@ -16,7 +16,6 @@ import time
 
 import pytest
 
-from . import scenarios as sc
 from .conftest import VENV_BIN, ansible_env
 
 FQCN = "gpuops.reclaim.gpu_holders"

@@ -36,7 +36,10 @@ def make_xid_log(truncate=False):
     0644 (the Xid reader refuses a file others may write)."""
     os.makedirs(os.path.dirname(xid_log_path()), exist_ok=True)
     fd = os.open(xid_log_path(), os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0), 0o644)
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o644)     # a test may have opened it to everyone
+    finally:
+        os.close(fd)
 
 
 def _value(name, text):

@@ -6,6 +6,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_health as health
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_nvidia
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
@@ -117,3 +118,9 @@ def test_xids_go_to_the_gpu_at_their_pci_address():
     verdicts = health.verdicts(rows, {0: record(0), 1: record(1)}, [xid(79, pci=(0, 0x2a, 0))])
     assert verdicts[0]['code'] == health.HEALTHY
     assert verdicts[1]['code'] == health.CRITICAL_XID
+
+
+def test_a_backend_that_reads_no_health_is_unread_never_healthy():
+    verdict = health.verdict(gpu_nvidia.SmiBackend().read_health(0, 1), None)
+    assert verdict['code'] == health.UNREAD
+    assert 'the nvidia-smi backend reads no GPU health' in say.health(0, verdict)
