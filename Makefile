@@ -134,7 +134,7 @@ RUNTIME_TESTS = tests/integration/test_docker.py tests/integration/test_supervis
 	tests/integration/test_pct.py tests/integration/test_owner_cli.py
 
 # What every lab and Molecule stage needs first. `make test` makes it once, then runs the stages
-# side by side (tests/run-stages sets RUN_STAGES=1 for them), so no two stages run apt, ln or
+# side by side (tests/run-stages, with RUN_STAGES=1 for them), so no two stages run apt, ln or
 # the stand-in's build at the same time. A stage run alone (`make lab-test-plain`) makes it itself.
 LAB_PREREQS = $(if $(RUN_STAGES),,venv host-deps fakegpu collection-link proxmox-collection)
 
