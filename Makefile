@@ -134,7 +134,7 @@ RUNTIME_TESTS = tests/integration/test_docker.py tests/integration/test_supervis
 	tests/integration/test_pct.py tests/integration/test_owner_cli.py
 
 # What every lab and Molecule stage needs first. `make test` makes it once, then runs the stages
-# side by side (tests/run-stages, with RUN_STAGES=1 for them), so no two stages run apt, ln or
+# side by side (tests/run_stages.py, with RUN_STAGES=1 for them), so no two stages run apt, ln or
 # the stand-in's build at the same time. A stage run alone (`make lab-test-plain`) makes it itself.
 LAB_PREREQS = $(if $(RUN_STAGES),,venv host-deps fakegpu collection-link proxmox-collection)
 
@@ -184,7 +184,7 @@ molecule-docker: $(LAB_PREREQS)
 molecule: molecule-scenarios molecule-docker
 
 # The stages of `make test`, in lanes: the lanes run at the same time, the stages of a lane
-# one after another (tests/run-stages; each stage's log whole in .build/logs/STAGE.log, printed
+# one after another (tests/run_stages.py; each stage's log whole in .build/logs/STAGE.log, printed
 # when it ends). Lab stages that share a lab share a lane. Add a stage here.
 TEST_LANES := \
 	unit+sanity+lint+changelog-lint+build+import-check+ee-check \
@@ -208,7 +208,7 @@ inotify-room:
 
 test: venv host-deps fakegpu collection-link proxmox-collection inotify-room
 	rm -rf $(SKIP_DIR) .build/logs
-	RUN_STAGES=1 $(PYTHON) tests/run-stages --logs .build/logs --table .build/test-times.txt --skips $(SKIP_DIR) $(TEST_LANES)
+	RUN_STAGES=1 $(PYTHON) tests/run_stages.py --logs .build/logs --table .build/test-times.txt --skips $(SKIP_DIR) $(TEST_LANES)
 
 demo: venv host-deps fakegpu collection-link
 	tests/demo/run

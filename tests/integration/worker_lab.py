@@ -12,7 +12,6 @@ naming the variable that sets it, before any node boots.
 conftest.py applies this before any test module reads its lab's environment.
 """
 
-import os
 
 # tests/lab/lib/gpuops_lab/paths.py: a base from 1 to 254 - MAX_NODES (20).
 LAST_BASE = 234

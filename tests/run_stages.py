@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Run `make test`'s stages: lanes side by side, the stages of one lane one after another.
 
-    tests/run-stages [--logs DIR] [--table FILE] [--skips DIR] LANE...
+    python3 tests/run_stages.py [--logs DIR] [--table FILE] [--skips DIR] LANE...
 
 A LANE is STAGE[+STAGE...]; a STAGE is a make target, run as `make STAGE` with its output
 (stdout and stderr) in DIR/STAGE.log. Lanes run at the same time because each lab stage has
@@ -144,7 +143,7 @@ def table(order, results, before, total_wall, peak_mib):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--logs", default=".build/logs")
     parser.add_argument("--table", default=".build/test-times.txt")
     parser.add_argument("--skips", default=None, help="directory of the pytest stages' -rsx logs")
