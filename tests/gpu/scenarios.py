@@ -667,7 +667,29 @@ def _pending_signals(pid):
 
 # --- 12 ---------------------------------------------------------------------------------------------------
 
-RANK_SHAPES = ((24, 1024), (8, 12288))   # (processes, MiB each): many small ranks; a TP-8 server's shape
+# (processes, the most MiB each): many small ranks; a TP-8 server's shape, 12 GiB a rank where GPU 0
+# has room (the H200's 143771 MiB), less where it has not: 8 x 12 GiB and their contexts do not fit
+# in an H100's 80 GB, where the suite failed (issue 31). rank_shapes() sizes them from free memory.
+RANK_SHAPES = ((24, 1024), (8, 12288))
+# Beside its tensor, each rank's CUDA context: 610 MiB on the H200 (s1's context_overhead_mib, runs
+# 20-22), taken as 1 GiB for cards whose context is larger; and 5% of free memory left to the driver.
+RANK_CONTEXT_MIB = 1024
+RANK_FILL = 0.95
+
+
+def rank_shapes(free_mib, shapes=RANK_SHAPES):
+    """([(processes, MiB each)] that fit in free_mib, [why for each that does not]): each rank's
+    memory is the shape's most, or the most whole GiB that fits with every rank's context."""
+    fits, left_out = [], []
+    for count, most in shapes:
+        room = int(free_mib * RANK_FILL) // count - RANK_CONTEXT_MIB
+        mib = min(most, room // 1024 * 1024)
+        if mib >= 1024:
+            fits.append((count, mib))
+        else:
+            left_out.append('%d x %d MiB: GPU 0 has %d MiB free, not room for %d ranks of 1 GiB with their contexts'
+                            % (count, most, free_mib, count))
+    return fits, left_out
 
 
 def _start_ranks(ctx, count, mib, label):
@@ -973,8 +995,14 @@ def s12_many_ranks(ctx):
     reclaim counts the Ladder's own time): its first
     signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free: its own
     NVML read, in the session it holds for the run). Ratios to the floor are recorded, never
-    asserted."""
-    for count, mib in RANK_SHAPES:
+    asserted. The shapes are sized from GPU 0's free memory (rank_shapes); one that cannot fit is
+    left out and the scenario ends skipped, naming it."""
+    with Nvml() as nv:
+        free_mib = nv.gpu(0)['free_mib']
+    shapes, left_out = rank_shapes(free_mib)
+    ctx.num('gpu0_free_mib_at_start', free_mib)
+    ctx.num('shapes', ['%dx%d' % shape for shape in shapes])
+    for count, mib in shapes:
         key = '%dx%d' % (count, mib)
         blinds, runs = [], []
         for rep in range(S12_REPS):
@@ -1013,6 +1041,8 @@ def s12_many_ranks(ctx):
         ctx.num('blind_sigkill_to_exited_s_%s' % key, exited)
         if exited and kill_to_gone:
             ctx.num('reclaim_kill_to_gone_vs_blind_exited_%s' % key, round(_mean(kill_to_gone) / exited, 3))
+    if left_out:
+        raise Skip('cannot fit on GPU 0: %s' % '; '.join(left_out))
 
 
 # --- 13, 14 ----------------------------------------------------------------------------------------------
@@ -1249,7 +1279,7 @@ SCENARIOS = [
      s10_container_init, 90, True, 1),
     ('s11', 'default targeting: gpu_reclaim with no match and no gpus frees the run\'s holders, signals nothing else',
      s11_default_targets, 90, True, 1),
-    ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
+    ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x up to 12 GiB): gpu_reclaim beside a blind '
      'SIGKILL of all, the driver\'s floor', s12_many_ranks, 330, True, 1),
     ('s13', 'a bash loop restarts a torch worker that re-titles itself and takes CUDA seconds later; gpu_reclaim '
      'ends the loop, never free while it lives', s13_respawn_parent, 150, True, 1),
