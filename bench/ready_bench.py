@@ -77,7 +77,7 @@ def main():
     rng = random.Random(args.seed)
     rows = []
     for delay in [float(d) for d in args.delays.split(",")]:
-        samples = [trial(delay, rng.uniform(1, 3)) for _ in range(args.trials)]
+        samples = [trial(delay, rng.uniform(1, 3)) for trial_no in range(args.trials)]
         late = [s["late_s"] for s in samples if "late_s" in s]
         rows.append({"delay": delay, "samples": samples, "errors": len(samples) - len(late),
                      "median_s": statistics.median(late) if late else None, "max_s": max(late) if late else None})

@@ -45,9 +45,9 @@ def node(lab, clean_gpus):
 
 def converge(lab, name, host_vars):
     tmp = playbook_dir(lab, {name: host_vars})
-    run, summary = run_playbook(tmp, [name])
+    run, _summary = run_playbook(tmp, [name])
     assert run.returncode == 0, run.stdout + run.stderr
-    return tmp, summary["hosts"][name]["server"]
+    return tmp
 
 
 def main_pid(lab, name):
@@ -68,8 +68,8 @@ def restart_by_hand(lab, name, fault=None):
 
 def test_a_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up(lab, node):
     # This start loads for 90 s: longer than a busy controller takes to reach the server in the play.
-    tmp, _ = converge(lab, node, server_vars(inference_service_health_timeout=240))
-    pid, _ = restart_by_hand(lab, node, "slow-load 90")
+    tmp = converge(lab, node, server_vars(inference_service_health_timeout=240))
+    pid, _started = restart_by_hand(lab, node, "slow-load 90")
     run, summary = run_playbook(tmp, [node])
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
@@ -84,7 +84,7 @@ def test_a_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up
 
 def test_a_server_hung_in_loading_past_its_health_timeout_is_restarted_and_comes_up(lab, node):
     host_vars = server_vars(inference_service_health_timeout=20)
-    tmp, _ = converge(lab, node, host_vars)
+    tmp = converge(lab, node, host_vars)
     pid, started = restart_by_hand(lab, node, "hang-after-load")
     sc.wait_until(lab, node, "journalctl _SYSTEMD_UNIT=sglang.service _PID=%d | grep -q 'Capture cuda graph begin'"
                   % pid, "the stand-in stuck in CUDA graph capture", timeout=30)
@@ -104,7 +104,7 @@ def test_a_server_hung_in_loading_past_its_health_timeout_is_restarted_and_comes
 
 
 def test_a_server_paused_for_8_s_while_the_play_probes_it_is_not_restarted(lab, node):
-    tmp, _ = converge(lab, node, server_vars())
+    tmp = converge(lab, node, server_vars())
     pid = main_pid(lab, node)
     summary_path = os.path.join(tmp, "summary.json")
     play = subprocess.Popen(
@@ -124,7 +124,7 @@ def test_a_server_paused_for_8_s_while_the_play_probes_it_is_not_restarted(lab, 
         time.sleep(max(0.0, 8 - (time.monotonic() - paused)))
     finally:
         lab.exec(node, "kill -CONT %d" % pid, check=False)
-    rest, _ = play.communicate(timeout=600)
+    rest = play.communicate(timeout=600)[0]
     out = "".join(lines) + rest
     assert play.returncode == 0, out
     with open(summary_path) as f:
@@ -137,8 +137,8 @@ def test_a_server_paused_for_8_s_while_the_play_probes_it_is_not_restarted(lab, 
 def test_a_server_with_a_dead_rank_is_restarted_naming_the_gpu(lab, node):
     host_vars = server_vars(inference_service_gpus=["0", "1"],
                             inference_service_flags=dict(GOOD_SERVER["inference_service_flags"], tp_size=2))
-    tmp, _ = converge(lab, node, host_vars)
-    pid, _ = restart_by_hand(lab, node, "rank-dies")
+    tmp = converge(lab, node, host_vars)
+    pid, _started = restart_by_hand(lab, node, "rank-dies")
     sc.wait_until(lab, node, "journalctl _SYSTEMD_UNIT=sglang.service _PID=%d | grep -q 'TP1 on GPU 1 died'" % pid,
                   "the stand-in's rank on GPU 1 dead", timeout=60)
     assert healthy(lab, node), "the front end must still answer /health 200"
@@ -154,7 +154,7 @@ def test_a_server_with_a_dead_rank_is_restarted_naming_the_gpu(lab, node):
 
 
 def test_a_start_whose_generation_hangs_is_a_failed_start_and_rolls_back(lab, node):
-    tmp, _ = converge(lab, node, server_vars(inference_service_generate_timeout=5))
+    tmp = converge(lab, node, server_vars(inference_service_generate_timeout=5))
     lab.exec(node, "echo generate-hang > %s" % FAULT)
     new = server_vars(inference_service_generate_timeout=5,
                       inference_service_flags=dict(GOOD_SERVER["inference_service_flags"], mem_fraction_static=0.7))
@@ -171,7 +171,7 @@ def test_a_start_whose_generation_hangs_is_a_failed_start_and_rolls_back(lab, no
 
 
 def test_inputs_that_cannot_work_together_are_refused_naming_the_variable_and_the_server_is_untouched(lab, node):
-    tmp, _ = converge(lab, node, server_vars())
+    tmp = converge(lab, node, server_vars())
     pid = main_pid(lab, node)
     write_host_vars(tmp, node, server_vars(inference_service_health_timeout=10))
     run, summary = run_playbook(tmp, [node])

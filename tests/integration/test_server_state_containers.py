@@ -56,7 +56,7 @@ def pnode(lab, clean_gpus):
 
 def converge(lab, name, host_vars):
     tmp = playbook_dir(lab, {name: host_vars})
-    run, _ = run_playbook(tmp, [name])
+    run = run_playbook(tmp, [name])[0]
     assert run.returncode == 0, run.stdout + run.stderr
     return tmp
 
@@ -81,7 +81,7 @@ def healthy(lab, name):
 def test_a_podman_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up(lab, pnode):
     # This start loads for 90 s: longer than a busy controller takes to reach the server in the play.
     tmp = converge(lab, pnode, server_vars(inference_service_health_timeout=240))
-    cid, _ = restart_by_hand(lab, pnode, "slow-load 90")
+    cid, _started = restart_by_hand(lab, pnode, "slow-load 90")
     run, summary = run_playbook(tmp, [pnode])
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
@@ -111,7 +111,7 @@ def test_a_podman_server_hung_past_its_health_timeout_is_restarted_naming_its_la
 
 def test_a_podman_server_with_a_dead_rank_is_restarted_naming_the_gpu(lab, pnode):
     tmp = converge(lab, pnode, server_vars())
-    cid, _ = restart_by_hand(lab, pnode, "rank-dies")
+    cid, _started = restart_by_hand(lab, pnode, "rank-dies")
     sc.wait_until(lab, pnode, "podman logs sglang 2>&1 | grep -q 'TP1 on GPU 1 died'",
                   "the stand-in's rank on GPU 1 dead", timeout=60)
     assert healthy(lab, pnode), "the front end must still answer /health 200"

@@ -27,12 +27,12 @@ def rank(pid, gpu, unit=UNIT, owner=None):
     return {"pid": pid, "unit": unit, "context_gpus": [gpu], "owner": owner}
 
 
-RANKS = [rank(11, 0), rank(12, 1)]
+RANKS = (rank(11, 0), rank(12, 1))
 OK = {"ok": True, "hung": False, "status": 200, "ttft_s": 0.04}
 
 
 def judge(observed, holders=RANKS, gpus=("0", "1"), changed=False, own=""):
-    return ss.server_state(observed, holders, UNIT, list(gpus), TIMEOUT, unit_changed=changed, own=own)
+    return ss.server_state(observed, list(holders), UNIT, list(gpus), TIMEOUT, unit_changed=changed, own=own)
 
 
 def test_a_young_server_without_health_is_loading_and_waited_for_with_the_time_it_has_left():
