@@ -11,13 +11,13 @@ DOCUMENTATION = r"""
 ---
 module: run_metrics
 short_description: Write what a run of the reclaim playbook did as node_exporter textfile metrics
-version_added: "1.2.0"
+version_added: "1.1.0"
 description:
-  - Writes one file in Prometheus' text format for node_exporter's textfile collector:
+  - Writes one file in Prometheus' text format for node_exporter's textfile collector, with
     the run's start, duration and result; what it ended, by lever, and the GPUs it freed, as
     counters that go on from the file the last run left; per GPU, whether it is free, the memory
     in use and the memory no process explains; the GPU health code and the inference server's
-    state where the run read them. The README's C(Metrics) section lists every metric.
+    state where the run read them. The README's section C(Metrics for Prometheus, and alert rules) lists every metric.
   - The file is written as a temporary file in the same directory, flushed to disk, then renamed
     over the last one, so node_exporter never reads half a file. It is C(0644), the
     directory is made C(0755) only when missing.

@@ -274,7 +274,7 @@ def full_run():
 def test_labels_come_from_closed_sets_only():
     for family in gpu_metrics.families(full_run(), FRESH):
         assert family.name.startswith('gpuops_'), family.name
-        for labels, _ in family.samples:
+        for labels, unused in family.samples:
             assert set(labels) <= {'gpu', 'lever', 'result', 'state', 'code'}, (family.name, labels)
             assert labels.get('lever', 'unit') in gpu_metrics.LEVERS
             assert labels.get('gpu', '0').isdigit()
