@@ -133,8 +133,8 @@ def _owned_by(holder, lever, action):
         return bool(action.get('unit')) and action.get('unit') in (owner.get('unit'), holder.get('unit'))
     if lever == 'runtime':
         return bool(action.get('container')) and owner.get('id') == action.get('container')
-    return (owner.get('kind') == 'supervisor' and bool(action.get('program'))
-            and owner.get('name') == action.get('program') and owner.get('unit') == action.get('unit'))
+    same = owner.get('name') == action.get('program') and owner.get('unit') == action.get('unit')
+    return owner.get('kind') == 'supervisor' and bool(action.get('program')) and same
 
 
 def freed(reclaims):
