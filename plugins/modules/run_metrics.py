@@ -70,6 +70,13 @@ options:
     type: list
     elements: dict
     default: []
+  surveys:
+    description:
+      - M(gpuops.reclaim.gpu_holders) results of the run on this host (the inference_service role's health
+        read); each GPU's health code comes from the last read of it here or in O(reclaims).
+    type: list
+    elements: dict
+    default: []
   server:
     description:
       - The inference_service role's C(inference_service_server) fact (C(state), C(code), C(age_s),
@@ -235,6 +242,7 @@ def main():
             duration_s=dict(type='float', required=True),
             failure=dict(type='dict'),
             reclaims=dict(type='list', elements='dict', default=[]),
+            surveys=dict(type='list', elements='dict', default=[]),
             server=dict(type='dict'),
             free_threshold_mib=dict(type='int', default=128),
             interval=dict(type='str'),
@@ -266,7 +274,7 @@ def main():
         module.warn('the last metrics file %s does not read back (%s): replaced, its counters start again at 0.'
                     % (path, last.why))
     run = {'started': params['started'], 'duration_s': params['duration_s'], 'failure': params['failure'],
-           'reclaims': params['reclaims'], 'server': params['server'],
+           'reclaims': params['reclaims'], 'surveys': params['surveys'], 'server': params['server'],
            'free_threshold_mib': params['free_threshold_mib'], 'interval_s': interval_s}
     text = prom_text.render(gpu_metrics.families(run, last), header=[gpu_metrics.HEADER])
     if module.check_mode:
