@@ -46,6 +46,8 @@ SERVER_STATES = ('loading', 'serving', 'stalled', 'restarting', 'stopped', 'fail
 # A code as the modules write them; anything else becomes `other`, so that no label takes
 # values without bound.
 CODE = re.compile(r'^[a-z][a-z0-9_]{0,47}$')
+# gpu_health's codes that are no fault: the GPU read healthy, or a read failed (nothing wrong read).
+HEALTHY, UNREAD = 'healthy', 'unread'
 
 # How a run found the last file (Carried.code).
 CARRIED = 'carried'    # counters go on from the last file
@@ -133,8 +135,8 @@ def _owned_by(holder, lever, action):
         return bool(action.get('unit')) and action.get('unit') in (owner.get('unit'), holder.get('unit'))
     if lever == 'runtime':
         return bool(action.get('container')) and owner.get('id') == action.get('container')
-    return (owner.get('kind') == 'supervisor' and bool(action.get('program'))
-            and owner.get('name') == action.get('program') and owner.get('unit') == action.get('unit'))
+    same = owner.get('name') == action.get('program') and owner.get('unit') == action.get('unit')
+    return owner.get('kind') == 'supervisor' and bool(action.get('program')) and same
 
 
 def freed(reclaims):
@@ -186,7 +188,8 @@ def families(run, last):
 
     `run`: {'started': epoch seconds, 'duration_s', 'failure': the recorded failure or None,
     'reclaims': gpu_reclaim results in the order they ran, 'server': the
-    inference_service_server fact or None, 'free_threshold_mib', 'interval_s': the longest
+    inference_service_server fact or None, 'surveys': gpu_holders results whose GPU rows may carry
+    a health read, 'free_threshold_mib', 'interval_s': the longest
     time between runs the reclaim timer keeps, or None}. `last`: a Carried."""
     reclaims = _results(run.get('reclaims'))
     failure = run.get('failure')
@@ -235,6 +238,7 @@ def families(run, last):
                           'The longest time the reclaim timer leaves between the end of a run and the start of the next '
                           '(its interval plus its randomized delay).').add(run['interval_s']))
     out.extend(_gpu_families(reclaims, run.get('free_threshold_mib'), previous))
+    out.extend(_health_families(reclaims, run.get('surveys')))
     out.extend(_server_families(run.get('server')))
     return out
 
@@ -253,8 +257,6 @@ def _gpu_families(reclaims, threshold_mib, previous):
     streak = Family(STREAK, 'gauge',
                     'Runs in a row, up to the last, that ended with more GPU memory no process explains than the free '
                     'threshold (gpus_free_free_threshold_mib); 0 when the last did not.')
-    healthy = Family('gpuops_gpu_healthy', 'gauge', 'Whether the GPU health read said ok (1) or a fault (0).')
-    health = Family('gpuops_gpu_health_code', 'gauge', 'The GPU health read\'s code (ok or a fault code), always 1.')
     for index in sorted(rows):
         row, reclaim = rows[index]
         gpu = str(index)
@@ -266,12 +268,37 @@ def _gpu_families(reclaims, threshold_mib, previous):
         unexplained.add(lost * MIB, gpu=gpu)
         before = previous.get((STREAK, (('gpu', gpu),)), 0)
         streak.add(before + 1 if lost > threshold else 0, gpu=gpu)
-        read = row.get('health')
-        if isinstance(read, dict) and 'code' in read:
-            code = code_label(read.get('code'))
-            healthy.add(code == 'ok', gpu=gpu)
-            health.add(1, gpu=gpu, code=code)
-    return [f for f in (free, used, unexplained, streak, healthy, health) if f.samples]
+    return [free, used, unexplained, streak]
+
+
+def health_reads(reclaims, surveys):
+    """{index: health dict}: each GPU's last health read in the run, from the GPU rows of
+    gpu_holders results (`surveys`: the inference_service role's read) and of gpu_reclaim
+    results, where a row carries `health`."""
+    reads = {}
+    for result in list(reclaims) + [s for s in surveys or [] if isinstance(s, dict)]:
+        for row in (result.get('gpus') or []) + (result.get('after') or []):
+            if isinstance(row, dict) and isinstance(row.get('health'), dict) and 'code' in row['health'] \
+                    and isinstance(row.get('index'), int) and not isinstance(row.get('index'), bool):
+                reads[row['index']] = row['health']
+    return reads
+
+
+def _health_families(reclaims, surveys):
+    reads = health_reads(reclaims, surveys)
+    if not reads:
+        return []
+    healthy = Family('gpuops_gpu_healthy', 'gauge',
+                     'Whether the GPU\'s last health read said healthy (1) or found a fault (0); absent when a read '
+                     'failed and nothing wrong was read (code unread).')
+    health = Family('gpuops_gpu_health_code', 'gauge',
+                    'The code of the GPU\'s last health read (healthy, unread, or the worst fault found), always 1.')
+    for index in sorted(reads):
+        code = code_label(reads[index].get('code'))
+        if code != UNREAD:
+            healthy.add(code == HEALTHY, gpu=str(index))
+        health.add(1, gpu=str(index), code=code)
+    return [f for f in (healthy, health) if f.samples]
 
 
 def _server_families(server):

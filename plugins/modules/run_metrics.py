@@ -11,13 +11,13 @@ DOCUMENTATION = r"""
 ---
 module: run_metrics
 short_description: Write what a run of the reclaim playbook did as node_exporter textfile metrics
-version_added: "1.2.0"
+version_added: "1.1.0"
 description:
-  - Writes one file in Prometheus' text format for node_exporter's textfile collector:
+  - Writes one file in Prometheus' text format for node_exporter's textfile collector, with
     the run's start, duration and result; what it ended, by lever, and the GPUs it freed, as
     counters that go on from the file the last run left; per GPU, whether it is free, the memory
     in use and the memory no process explains; the GPU health code and the inference server's
-    state where the run read them. The README's C(Metrics) section lists every metric.
+    state where the run read them. The README's section C(Metrics for Prometheus, and alert rules) lists every metric.
   - The file is written as a temporary file in the same directory, flushed to disk, then renamed
     over the last one, so node_exporter never reads half a file. It is C(0644), the
     directory is made C(0755) only when missing.
@@ -67,6 +67,13 @@ options:
     description:
       - The M(gpuops.reclaim.gpu_reclaim) results of the run on this host, in the order they ran;
         each GPU's figures come from the last one that read it. Entries without C(actions) are skipped.
+    type: list
+    elements: dict
+    default: []
+  surveys:
+    description:
+      - M(gpuops.reclaim.gpu_holders) results of the run on this host (the inference_service role's health
+        read); each GPU's health code comes from the last read of it here or in O(reclaims).
     type: list
     elements: dict
     default: []
@@ -235,6 +242,7 @@ def main():
             duration_s=dict(type='float', required=True),
             failure=dict(type='dict'),
             reclaims=dict(type='list', elements='dict', default=[]),
+            surveys=dict(type='list', elements='dict', default=[]),
             server=dict(type='dict'),
             free_threshold_mib=dict(type='int', default=128),
             interval=dict(type='str'),
@@ -266,7 +274,7 @@ def main():
         module.warn('the last metrics file %s does not read back (%s): replaced, its counters start again at 0.'
                     % (path, last.why))
     run = {'started': params['started'], 'duration_s': params['duration_s'], 'failure': params['failure'],
-           'reclaims': params['reclaims'], 'server': params['server'],
+           'reclaims': params['reclaims'], 'surveys': params['surveys'], 'server': params['server'],
            'free_threshold_mib': params['free_threshold_mib'], 'interval_s': interval_s}
     text = prom_text.render(gpu_metrics.families(run, last), header=[gpu_metrics.HEADER])
     if module.check_mode:

@@ -167,7 +167,7 @@ def test_a_leak_no_process_explains_counts_runs_in_a_row(lab, exporter):
     node, url = exporter
     lab.exec(node, "fakegpu leak --gpu 1 --mib 4000")
     seen = []
-    for _ in range(2):
+    for unused in range(2):
         tmp = tempfile.mkdtemp(prefix="metrics-play-")
         try:
             shutil.copy(lab.inventory, os.path.join(tmp, "inventory.ini"))

@@ -28,6 +28,7 @@ COLLECTION = "/usr/share/ansible/collections/ansible_collections/gpuops/reclaim"
 LOCK = "/run/gpuops/reclaim-run.lock"
 OLD_LOCK = "/run/lock/gpuops-reclaim-run.lock"      # world-writable: before issue 22
 SUMMARY = "/var/lib/gpuops-reclaim/last-run.json"
+METRICS = "/var/lib/prometheus/node-exporter/gpuops_reclaim.prom"   # reclaim_metrics_dir's default
 # Packages ansible-core needs at run time (its Requires-Dist less cryptography, which only
 # vault and some connection plugins import).
 # ansible-core reads their versions from the *.dist-info metadata.
@@ -118,9 +119,9 @@ def timer_node(lab, node):
     install_ansible_and_collection(lab, node)
     yield node
     lab.exec(node, "systemctl disable --now gpuops-reclaim.timer; systemctl stop gpuops-reclaim.service; "
-                   "rm -f /etc/systemd/system/gpuops-reclaim.* /usr/local/sbin/gpuops-reclaim-run %s; "
+                   "rm -f /etc/systemd/system/gpuops-reclaim.* /usr/local/sbin/gpuops-reclaim-run %s %s; "
                    "systemctl reset-failed gpuops-reclaim.service; systemctl daemon-reload; pkill -f 'flock %s' || true"
-                   % (SUMMARY, LOCK), check=False)
+                   % (SUMMARY, METRICS, LOCK), check=False)
 
 
 def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(lab, timer_node):
@@ -130,6 +131,8 @@ def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(la
     # start_in_scope returns before the scope's process runs: wait for it rather than guess.
     sc.wait_until(lab, node, "pgrep -xf 'sleep 600' >/dev/null", "the monitor up")
     monitor_pid = lab.exec(node, "pgrep -xf 'sleep 600'").stdout.split()[0]
+    # Earlier tests' playbook runs on this node left their metrics: this run must write its own.
+    lab.exec(node, "rm -f %s" % METRICS)
     start = cursor(lab, node)
 
     # Install and let the timer (not a person) start the first run, 3 s after install.
@@ -151,6 +154,14 @@ def test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing(la
     summary = sc.read_json(lab, node, SUMMARY)
     assert summary["hosts"]["localhost"]["status"] == "ok", summary
     assert summary["hosts"]["localhost"]["changed"] is True, summary
+    # The timer's run wrote its metrics for node_exporter too (issue 33), with the timer's
+    # interval (1h, no randomized delay) for the rule that sees runs stop.
+    metrics = dict(line.rsplit(" ", 1) for line in lab.exec(node, "cat %s" % METRICS).stdout.splitlines()
+                   if line and not line.startswith("#"))
+    assert metrics["gpuops_reclaim_timer_interval_seconds"] == "3600", metrics
+    assert metrics["gpuops_reclaim_last_run_success"] == "1", metrics
+    assert metrics['gpuops_reclaim_runs_total{result="ok"}'] == "1", metrics
+    assert int(metrics['gpuops_reclaim_ended_total{lever="signal"}']) >= 1, metrics
     timer = lab.exec(node, "systemctl is-enabled gpuops-reclaim.timer; systemctl is-active gpuops-reclaim.timer").stdout
     assert timer.split() == ["enabled", "active"], timer
 

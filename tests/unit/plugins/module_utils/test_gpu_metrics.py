@@ -214,16 +214,27 @@ def test_runs_in_a_row_with_memory_no_process_explains_count_up_and_start_again(
 # ---------------------------------------------------------------------------------------------
 
 def test_the_health_read_gives_a_code_per_gpu_where_it_exists():
-    after = [row(0, 0, True, health={'code': 'ok', 'facts': {}, 'lever': None}),
-             row(1, 0, True, health={'code': 'xid_79', 'facts': {'xid': 79}, 'lever': 'reset'}),
-             row(2, 0, True, health={'code': 'Fallen Off The Bus!', 'facts': {}, 'lever': None}),
-             row(3, 0, True)]
-    out = gpu_metrics.families(run([reclaim([], before=after, after=after)]), FRESH)
+    """gpu_holders' gpus[].health as the inference_service role reads it (gpu_health's codes)."""
+    gpus = [row(0, 0, True, health={'code': 'healthy', 'facts': {}, 'lever': None, 'message': None}),
+            row(1, 0, True, health={'code': 'row_remap_pending', 'facts': {}, 'lever': 'reset', 'message': 'x'}),
+            row(2, 0, True, health={'code': 'unread', 'facts': {'unread': {}}, 'lever': None, 'message': 'x'}),
+            row(3, 0, True, health={'code': 'Fallen Off The Bus!', 'facts': {}, 'lever': None}),
+            row(4, 0, True)]
+    out = gpu_metrics.families(dict(run([stray_run()]), surveys=[{'gpus': gpus, 'holders': []}]), FRESH)
     assert value(out, 'gpuops_gpu_healthy', gpu='0') is True
     assert value(out, 'gpuops_gpu_healthy', gpu='1') is False
-    assert value(out, 'gpuops_gpu_health_code', gpu='1', code='xid_79') == 1
-    assert value(out, 'gpuops_gpu_health_code', gpu='2', code='other') == 1   # not a code: no unbounded label
-    assert ('gpuops_gpu_healthy', (('gpu', '3'),)) not in samples(out)
+    assert value(out, 'gpuops_gpu_health_code', gpu='1', code='row_remap_pending') == 1
+    assert value(out, 'gpuops_gpu_health_code', gpu='2', code='unread') == 1
+    assert ('gpuops_gpu_healthy', (('gpu', '2'),)) not in samples(out)      # unread: neither healthy nor a fault
+    assert value(out, 'gpuops_gpu_health_code', gpu='3', code='other') == 1   # not a code: no unbounded label
+    assert ('gpuops_gpu_health_code', (('code', 'healthy'), ('gpu', '4'))) not in samples(out)
+
+
+def test_the_last_health_read_of_a_gpu_wins():
+    first = reclaim([], after=[row(0, 0, True, health={'code': 'critical_xid'})])
+    later = {'gpus': [row(0, 0, True, health={'code': 'healthy'})]}
+    out = gpu_metrics.families(dict(run([first]), surveys=[later]), FRESH)
+    assert value(out, 'gpuops_gpu_healthy', gpu='0') is True
 
 
 def test_no_health_read_no_health_metric():
@@ -262,7 +273,7 @@ def test_no_server_fact_no_server_metric():
 # ---------------------------------------------------------------------------------------------
 
 def full_run():
-    after = [row(i, 30000 if i == 3 else 0, i != 3, health={'code': 'ok' if i else 'ecc_uncorrectable'})
+    after = [row(i, 30000 if i == 3 else 0, i != 3, health={'code': 'healthy' if i else 'ecc_uncorrected'})
              for i in range(8)]
     holders = [holder(1000 + i, i % 8, 500, unit='job%d.service' % i, kind='service') for i in range(40)]
     actions = [{'step': 'stop_unit', 'unit': 'job%d.service' % i, 'code': 'unit_stopped', 'changed': True}
@@ -274,7 +285,7 @@ def full_run():
 def test_labels_come_from_closed_sets_only():
     for family in gpu_metrics.families(full_run(), FRESH):
         assert family.name.startswith('gpuops_'), family.name
-        for labels, _ in family.samples:
+        for labels, unused in family.samples:
             assert set(labels) <= {'gpu', 'lever', 'result', 'state', 'code'}, (family.name, labels)
             assert labels.get('lever', 'unit') in gpu_metrics.LEVERS
             assert labels.get('gpu', '0').isdigit()
