@@ -86,8 +86,7 @@ def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=
         # The kubelet owns every process of a pod: signalled from under it, a pod's process is
         # restarted or its pod rescheduled; only the Kubernetes API may end it.
         return lever.POD_SHIELD, None
-    if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1 and \
-            trust.refusal(trust.SHIELD_INIT, owner) is None:
+    if namespace_init(proc) and trust.refusal(trust.SHIELD_INIT, owner) is None:
         return lever.INIT_SHIELD, None
     infra = infrastructure_name(proc.name, proc.cmdline, INFRASTRUCTURE + tuple(vendor_infrastructure))
     if infra and trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, identity_of(proc, units, vendor_units),
@@ -97,6 +96,11 @@ def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=
         if pattern.search(proc.name) or pattern.search(proc.cmdline):
             return lever.PATTERN, pattern.pattern
     return None, None
+
+
+def namespace_init(proc):
+    """Whether a gpu_observe.ProcState is PID 1 of a PID namespace below this one (NSpid ends in 1)."""
+    return bool(proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1)
 
 
 def identity_of(proc, units=None, vendor_units=None):
@@ -350,6 +354,10 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
         'other_pid_namespace': other_ns,
         'owner': owner,
         'ignores_sigterm': proc.ignores_sigterm,
+        # The kernel drops a signal whose action is the default for a PID namespace's init
+        # (SIGKILL and SIGSTOP from an ancestor namespace excepted): with no handler of its own,
+        # SIGTERM never reaches it (found on an H100: the ladder waited term_timeout for nothing).
+        'sigterm_dropped': namespace_init(proc) and not proc.handles_sigterm and not proc.ignores_sigterm,
         'tracer_pid': proc.tracer_pid,
         'tracer_name': tracer_name if proc.tracer_pid else None,
         'protected': reason is not None,
@@ -606,9 +614,11 @@ def supervised_to_stop(holders, selected, match_patterns):
 
 def sigterm_futile_code(holder):
     """Why SIGTERM cannot end this holder, so SIGKILL follows at once (gpu_lever.SIGTERM_IGNORED,
-    TRACED_STOPPED), or None."""
+    SIGTERM_DROPPED, TRACED_STOPPED), or None."""
     if holder['ignores_sigterm']:
         return lever.SIGTERM_IGNORED
+    if holder['sigterm_dropped']:
+        return lever.SIGTERM_DROPPED
     if holder['state'] == 'tracing-stop':
         return lever.TRACED_STOPPED
     return None

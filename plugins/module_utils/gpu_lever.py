@@ -68,6 +68,7 @@ GUEST_RESTARTS = 'guest_restarts'          # a guest's own systemd was seen brin
 LEFT = 'left'                              # left by the ladder (its `reason` says why)
 # Why SIGTERM cannot end a holder, so SIGKILL follows at once (gpu_decide.sigterm_futile_code).
 SIGTERM_IGNORED = 'sigterm_ignored'        # its SigIgn mask holds SIGTERM
+SIGTERM_DROPPED = 'sigterm_dropped'        # PID 1 of its PID namespace, no handler: the kernel drops it
 TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on SIGKILL alone
 
 # What the diagnosis names that a process list does not show (gpu_decide.findings: each a

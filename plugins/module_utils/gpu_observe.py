@@ -27,7 +27,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as s
 
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 FORKNOEXEC_FLAG = 0x00000040  # PF_FORKNOEXEC: forked and not (yet) exec'd; cleared by execve
-_SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn
+_SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn and SigCgt
 
 STATE_NAMES = {
     'R': 'running', 'S': 'sleeping', 'D': 'disk-sleep', 'Z': 'zombie', 'T': 'stopped',
@@ -93,7 +93,7 @@ class ProcState(object):
 
     __slots__ = ('pid', 'start_time', 'name', 'cmdline', 'uid', 'user', 'state', 'ppid', 'wchan',
                  'cgroup', 'pidns', 'nspid', 'kthread', 'ignores_sigterm', 'tracer_pid', 'dev_fds',
-                 'dev_maps', 'unreadable', 'uids', 'exe_uid', 'cgroup_uids')
+                 'dev_maps', 'unreadable', 'uids', 'exe_uid', 'cgroup_uids', 'handles_sigterm')
 
     def __init__(self, pid):
         self.pid = pid
@@ -110,6 +110,7 @@ class ProcState(object):
         self.nspid = None
         self.kthread = False
         self.ignores_sigterm = False
+        self.handles_sigterm = False    # SigCgt holds SIGTERM: a handler of its own (issue 32 item 7)
         self.tracer_pid = None
         self.dev_fds = set()
         self.dev_maps = set()
@@ -296,10 +297,10 @@ def maps_device_paths(raw, node_paths):
 
 
 def _status_fields(raw):
-    """(uids, nspid, ignores_sigterm, tracer_pid or None) from /proc/PID/status text; uids are
-    (real, effective, saved, filesystem)."""
+    """(uids, nspid, ignores_sigterm, tracer_pid or None, handles_sigterm) from /proc/PID/status
+    text; uids are (real, effective, saved, filesystem)."""
     uids = nspid = tracer = None
-    ignores_sigterm = False
+    ignores_sigterm = handles_sigterm = False
     for line in raw.decode('utf-8', 'replace').splitlines():
         if line.startswith('Uid:'):
             uids = tuple(int(x) for x in line.split()[1:5])
@@ -307,9 +308,11 @@ def _status_fields(raw):
             nspid = [int(x) for x in line.split()[1:]]
         elif line.startswith('SigIgn:'):
             ignores_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
+        elif line.startswith('SigCgt:'):
+            handles_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
         elif line.startswith('TracerPid:'):
             tracer = int(line.split()[1]) or None
-    return uids, nspid, ignores_sigterm, tracer
+    return uids, nspid, ignores_sigterm, tracer, handles_sigterm
 
 
 def _fill_details(info, proc):
@@ -336,7 +339,7 @@ def _fill_details(info, proc):
     info.cmdline = cmdline or ''
     status = optional('status', _status_fields)
     if status:
-        info.uids, info.nspid, info.ignores_sigterm, info.tracer_pid = status
+        info.uids, info.nspid, info.ignores_sigterm, info.tracer_pid, info.handles_sigterm = status
         info.uid = info.uids[0] if info.uids else None
     try:
         # stat follows the link to the executable itself: who owns the file that runs.

@@ -84,6 +84,8 @@ def sigterm_futile(holder, code):
         return None
     if code == lever.SIGTERM_IGNORED:
         return 'ignored (SigIgn)'
+    if code == lever.SIGTERM_DROPPED:
+        return 'dropped by the kernel (PID 1 of its PID namespace, no SIGTERM handler)'
     return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
             'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
 

@@ -29,8 +29,9 @@ description:
     by themselves (see M(gpuops.reclaim.gpu_holders)).
   - 2. sends SIGTERM (and SIGCONT right after it to a stopped holder, as systemd does) and waits
     up to O(term_timeout), returning as soon as they are gone; a process whose signal mask
-    ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)), or that a tracer holds stopped, gets
-    SIGKILL right away, since waiting for it frees nothing;
+    ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)), that is PID 1 of its own PID namespace
+    with no SIGTERM handler (C(SigCgt); the kernel drops the signal), or that a tracer holds
+    stopped, gets SIGKILL right away, since waiting for it frees nothing;
   - 3. sends SIGKILL to the survivors;
   - 4. rescans up to O(passes) times for holders that appeared or were left (respawns, forked
     children holding an inherited context, orphans) and treats them the same. Before it calls
@@ -275,7 +276,8 @@ actions:
     result:
       description:
         - "What happened, e.g. C(exited after SIGTERM in 0.12 s), C(still running 30.00 s after SIGTERM),
-          C(sent; ignored (SigIgn\\): SIGKILL at once), C(gone) (exited before), C(reused) (the PID is
+          C(sent; ignored (SigIgn\\): SIGKILL at once), C(sent; dropped by the kernel (PID 1 of its PID
+          namespace, no SIGTERM handler\\): SIGKILL at once), C(gone) (exited before), C(reused) (the PID is
           another process now, not signalled), C(refused: ...), C(stopped in 0.84 s), C(ok),
           C(failed (rc=N\\): ...), C(memory back after 0.40 s)."
         - "In check mode C(would send SIGTERM), C(would stop it ...), C(would run ...)."

@@ -81,6 +81,25 @@ def test_sigterm_ignored_then_sigkill(lab, node):
     assert_all_free(lab, node, result, [2])
 
 
+def test_namespace_init_without_a_sigterm_handler_gets_sigkill_at_once(lab, node):
+    # Issue 32 item 7 (an H100): the kernel drops SIGTERM to a PID namespace's init that has no
+    # handler (fakegpu hold is Python: none); before, the ladder waited term_timeout for nothing.
+    rec = sc.hold(lab, node, "nsinit", "--gpu", "2:1000", wrap="unshare --pid --fork")
+    assert rec["ns_pid"] == 1, rec
+    seen = lab.module(node, "gpuops.reclaim.gpu_holders", {"gpus": ["2"]})
+    assert [h["sigterm_dropped"] for h in seen["holders"] if h["pid"] == rec["pid"]] == [True]
+
+    result = ok(reclaim(lab, node, gpus=["2"], term_timeout=10))
+
+    order = [(a["step"], a["result"]) for a in result["actions"] if a.get("pid") == rec["pid"]]
+    assert [step for step, _unused in order] == ["sigterm", "sigkill"], result["actions"]
+    assert order[0][1].startswith("sent; dropped by the kernel"), order
+    term, kill = steps(result, "sigterm")[0], steps(result, "sigkill")[0]
+    assert kill["at_s"] - term["at_s"] < 2.0, "no term_timeout (10 s) waited: %s" % result["actions"]
+    assert not sc.alive(lab, node, rec["pid"], rec["start_time"])
+    assert_all_free(lab, node, result, [2])
+
+
 @pytest.mark.parametrize("title", ["sshd-helper", "[kworker/0:2]"])
 def test_misleading_name_still_reclaimed(lab, node, title):
     rec = sc.hold(lab, node, "misleading", "--gpu", "3:800", "--title", title)

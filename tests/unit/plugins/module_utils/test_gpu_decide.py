@@ -8,6 +8,7 @@ import re
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 
 from .observations import CTX, NVIDIA, OWN_NS, gpu, proc, runtime_confirms, snap, systemd_confirms
 
@@ -446,6 +447,22 @@ def test_sigterm_is_futile_for_an_ignoring_mask_or_a_traced_stop_only():
     assert decide.sigterm_futile(dict(holder, ignores_sigterm=True)) == 'ignored (SigIgn)'
     traced = dict(holder, state='tracing-stop', tracer_pid=77, tracer_name='gdb')
     assert 'traced by PID 77 (gdb)' in decide.sigterm_futile(traced)
+
+
+@pytest.mark.parametrize('nspid, handles, ignores, dropped', [
+    ([5010, 1], False, False, True),     # PID 1 of its own namespace, no handler: the kernel drops SIGTERM
+    ([5010, 1], True, False, False),     # its own handler gets it
+    ([5010, 1], False, True, False),     # SigIgn says so first (sigterm_ignored)
+    ([5010, 7], False, False, False),    # not its namespace's init
+    ([5010], False, False, False),       # this namespace's
+])
+def test_sigterm_is_dropped_for_a_namespace_init_without_a_handler(nspid, handles, ignores, dropped):
+    p = proc(10, fds=CTX, maps=CTX, nspid=nspid)
+    p.handles_sigterm, p.ignores_sigterm = handles, ignores
+    (holder,), _unused, _unused = classify(snap([gpu(0, used=900, processes=[(10, 900)])], [p]))
+    assert holder['sigterm_dropped'] is dropped
+    want = lever.SIGTERM_DROPPED if dropped else (lever.SIGTERM_IGNORED if ignores else None)
+    assert decide.sigterm_futile_code(holder) == want
 
 
 def test_a_traced_holder_is_diagnosed_with_its_tracer():

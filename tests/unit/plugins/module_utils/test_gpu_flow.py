@@ -863,3 +863,60 @@ def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named()
     assert watch and watch[0]['result'].startswith('came back after') and 'PID 20' in watch[0]['result']
     assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
     assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']
+
+
+def _children(pid):
+    with open('/proc/%d/task/%d/children' % (pid, pid)) as f:
+        return [int(word) for word in f.read().split()]
+
+
+class _WhileAlive(_ScriptedGpus):
+    """GPU 0 holds 4,000 MiB charged to PID while it lives (its memory freed with it)."""
+
+    def __init__(self, dev_dir, pid, node):
+        super(_WhileAlive, self).__init__(dev_dir, [])
+        self.pid, self.node = pid, node
+
+    def read_gpus(self, timeout):
+        held = os.path.exists('/proc/%d' % self.pid)
+        one = gpu(0, used=4000 if held else 0, processes=[(self.pid, 4000)] if held else [])
+        one.nodes = (self.node,)
+        return [one]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='unshare --pid needs root')
+@pytest.mark.parametrize('handler, futile', [('', True), ('signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))', False)])
+def test_pid_1_of_its_own_namespace_without_a_sigterm_handler_gets_sigkill_at_once(tmp_path, handler, futile):
+    """Issue 32 item 7 (found on an H100): the kernel drops a SIGTERM sent to the init of a PID
+    namespace that has no handler for it, so the ladder waited term_timeout for nothing. A real
+    `unshare --pid --fork python3` holding a device node: without a handler (Python installs
+    none for SIGTERM) SIGKILL follows at once; with one, SIGTERM ends it within its grace."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+    node = tmp_path / 'nvidia0'
+    node.write_bytes(b'\0' * 4096)
+    code = "import signal, sys\n%s\n%s" % (handler, _MAP_AND_WAIT)
+    # A grandchild: a survey leaves out the surveying process's own children.
+    outer = subprocess.Popen(['unshare', '--pid', '--fork', sys.executable, '-c', code, str(node)],
+                             stdout=subprocess.PIPE)
+    try:
+        assert outer.stdout.readline() == b'ready\n'
+        (pid,) = _children(outer.pid)
+        backend = _WhileAlive(str(tmp_path), pid, str(node))
+        surveyor = flow.Surveyor(backend=backend)
+        (holder,) = [h for h in surveyor.survey().holders if h['pid'] == pid]
+        assert holder['sigterm_dropped'] is futile
+        result = Ladder(surveyor, term_timeout=5.0, release_timeout=2.0, passes=1)
+        started = result.clock()
+        report = result.run()
+        took = result.clock() - started
+    finally:
+        if outer.poll() is None:
+            outer.kill()
+        outer.wait()
+    steps = [(a.what, a.result.code) for a in result.actions if a.details.get('pid') == pid]
+    assert report['free'] is True, report.get('msg')
+    if futile:
+        assert steps == [('sigterm', lever.SENT_FUTILE), ('sigkill', lever.EXITED)]
+        assert took < 2.5, 'no term_timeout waited for a SIGTERM the kernel drops: %.2f s' % took
+    else:
+        assert steps == [('sigterm', lever.EXITED)]
