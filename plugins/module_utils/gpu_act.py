@@ -53,8 +53,10 @@ class Action(object):
         self.details = details
 
     def as_result(self):
+        # The step code goes with the sentence (issue 32 item 3): the role and the tests read
+        # `code`, never `result`'s words.
         entry = {'step': self.what, 'target': self.target, 'result': _text(self.result),
-                 'changed': self.changed, 'at_s': self.at_s}
+                 'code': self.result.code if isinstance(self.result, say.Said) else None, 'changed': self.changed, 'at_s': self.at_s}
         if self.took_s is not None:
             entry['took_s'] = self.took_s
         entry.update(self.details)

@@ -320,11 +320,11 @@ class Surveyor(object):
         gpu_observe.ProcError."""
         peeked = self.peek(pid)
         proc = observe.describe_process(pid, self.proc)
-        reason = decide.protection_reason(proc, self.own_ancestors, self.protect,
-                                          vendor_infrastructure=self.backend.infrastructure)
-        if reason == decide.CONTAINER_INIT:
+        code, _detail = decide.protection_code(proc, self.own_ancestors, self.protect,
+                                               vendor_infrastructure=self.backend.infrastructure)
+        if code == lever.INIT_SHIELD:
             return peeked._replace(protected=respawn.NAMESPACE_INIT)
-        return peeked._replace(protected=reason is not None)
+        return peeked._replace(protected=code is not None)
 
     def init_respawns(self):
         """Whether PID 1 is no systemd manager, so may restart what the ladder ends as a loop does

@@ -283,6 +283,21 @@ actions:
         - "In check mode C(would send SIGTERM), C(would stop it ...), C(would run ...)."
       type: str
       returned: always
+    code:
+      description:
+        - "The code C(result) was written from: read it, never C(result)'s words. A signal's V(sent),
+          V(gone), V(reused) or refusal (V(pid_never), V(pid_protected), V(no_start_time),
+          V(not_permitted)); what a signalled holder did (V(exited), V(still_running),
+          V(sent_futile): SIGKILL at once, V(alive_after_kill_step)); an owner's stop
+          (V(unit_stopped), V(unit_stopping), V(stop_failed), V(manager_not_running), V(no_stop),
+          V(container_stopped), V(supervised_stopped)); a command's V(command_ok) or
+          V(command_failed); the ladder's own steps (V(rescan_found), V(respawner_target),
+          V(respawner_refused), V(settle_bound), V(settle_none_alive), V(guest_not_back),
+          V(guest_back), V(not_waited), V(memory_back), V(memory_held), V(reset_skipped)); in check
+          mode V(would_stop_unit), V(would_stop_container), V(would_stop_supervised),
+          V(would_signal), V(would_kill_after_term), V(would_run), V(would_wait)."
+      type: str
+      returned: always
     changed:
       description: "Whether this step changed the host (in check mode: would)."
       type: bool

@@ -19,7 +19,9 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
@@ -129,11 +131,11 @@ class ScriptedActor(object):
 
     def stop_unit(self, unit, timeout):
         self.calls.append(('stop_unit', unit, timeout))
-        return 'stopped in 0.10 s', True
+        return say.step(lever.UNIT_STOPPED, waited=0.1), True
 
     def stop_user_unit(self, uid, unit, timeout):
         self.calls.append(('stop_user_unit', uid, unit, timeout))
-        return 'stopped in 0.10 s through the manager of user %d' % uid, True
+        return say.step(lever.UNIT_STOPPED, waited=0.1, uid=uid), True
 
     def signal(self, holder, signum, never):
         name = act.SIGNAL_NAMES[signum]
@@ -141,7 +143,7 @@ class ScriptedActor(object):
         if (name, holder['name']) in (('SIGTERM', 'exits-on-term'), ('SIGKILL', 'exits-on-term'),
                                       ('SIGKILL', 'exits-on-kill')):
             self.gone.add(holder['pid'])
-        return 'sent', True
+        return say.step(lever.SENT, pid=holder['pid']), True
 
     def alive(self, holders):
         return [h for h in holders if h['pid'] not in self.gone]
@@ -163,7 +165,7 @@ class ScriptedActor(object):
 
     def run(self, argv, timeout):
         self.calls.append(('run', ' '.join(argv)))
-        return 'ok', True
+        return say.step(lever.COMMAND_OK), True
 
     @staticmethod
     def state_of(holder):
@@ -186,6 +188,18 @@ def ladder(surveyor, actor, **kwargs):
     kwargs.setdefault('term_timeout', 5.0)
     kwargs.setdefault('release_timeout', 7.0)
     return Ladder(surveyor, actor=actor, clock=actor.clock, **kwargs)
+
+
+def test_every_action_carries_its_step_code():
+    """Issue 32 item 3: the role and the tests read an action's `code`, never its words."""
+    s = held_by((10, 'exits-on-kill'), (11, 'exits-on-term'))
+    result = ladder(ScriptedSurveyor(s, free()), ScriptedActor()).run()
+    assert [(a['step'], a['pid'], a['code']) for a in result['actions']] == [
+        ('sigterm', 10, lever.STILL_RUNNING), ('sigterm', 11, lever.EXITED), ('sigkill', 10, lever.EXITED)]
+    stuck = ladder(ScriptedSurveyor(held_by((10, 'stuck'))), ScriptedActor(), passes=1).run()
+    assert [(a['step'], a['code']) for a in stuck['actions']] == [
+        ('sigterm', lever.STILL_RUNNING), ('sigkill', lever.SENT), ('unreachable', lever.ALIVE_AFTER_KILL_STEP),
+        ('wait_release', lever.NOT_WAITED)]
 
 
 def test_sigterm_first_and_no_sigkill_for_a_process_that_exits_on_it():
@@ -403,7 +417,7 @@ def test_a_protected_holder_alone_ends_the_ladder_at_once_naming_it():
     result = ladder(ScriptedSurveyor(s), actor, release_timeout=60.0).run()
     assert actor.calls == [], 'no signal, no wait'
     (wait,) = result['actions']
-    assert wait['result'].startswith('not waited: nothing left that could free it (GPU 0: PID 10 (nv-hostengine)')
+    assert wait['code'] == 'not_waited' and '(GPU 0: PID 10 (nv-hostengine)' in wait['result']
     assert result['free'] is False and 'PID 10 (nv-hostengine)' in result['msg'] and 'protected' in result['msg']
     assert [(h['pid'], h['reason_code']) for h in result['remaining']] == [(10, 'protected')]
 
@@ -508,7 +522,7 @@ def test_a_restarted_worker_running_the_ended_program_is_a_respawn_whatever_its_
     assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
     (respawn_step,) = [a for a in result['actions'] if a['step'] == 'respawn']
     assert respawn_step['pid'] == 50 and respawn_step['pids'] == [12]
-    assert 'the parent becomes the target' in respawn_step['result']
+    assert respawn_step['code'] == 'respawner_target' and 'the parent becomes the target' in respawn_step['result']
     # frozen processes get SIGCONT right after SIGTERM, as any stopped target does
     assert actor.calls.index(('SIGCONT', 50)) > actor.calls.index(('SIGTERM', 50))
     assert result['free'] is True
@@ -526,7 +540,8 @@ def test_a_holder_respawned_under_a_live_parent_makes_the_parent_the_target():
     assert sigs(actor)[0] == ('SIGTERM', 10)
     assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 11) in actor.calls
     respawn_steps = [a for a in result['actions'] if a['step'] == 'respawn']
-    assert respawn_steps and respawn_steps[0]['pid'] == 50 and 'the parent becomes the target' in respawn_steps[0]['result']
+    assert respawn_steps and respawn_steps[0]['pid'] == 50 and respawn_steps[0]['code'] == 'respawner_target' \
+        and 'the parent becomes the target' in respawn_steps[0]['result']
 
 
 def test_a_loop_restarting_the_launcher_of_the_holder_is_its_grandparent_and_the_target():
@@ -543,7 +558,8 @@ def test_a_loop_restarting_the_launcher_of_the_holder_is_its_grandparent_and_the
                 exits_with={40: 10}, starts_after={41: 40, 42: 40})
     result = ladder(host, actor).run()
     (respawn_step,) = [a for a in result['actions'] if a['step'] == 'respawn']
-    assert respawn_step['pid'] == 50 and 'the grandparent becomes the target' in respawn_step['result']
+    assert respawn_step['pid'] == 50 and respawn_step['code'] == 'respawner_target' \
+        and 'the grandparent becomes the target' in respawn_step['result']
     assert sigs(actor)[1:4] == [('SIGSTOP', 50), ('SIGSTOP', 41), ('SIGSTOP', 42)]
     assert {('SIGTERM', 50), ('SIGTERM', 41), ('SIGTERM', 42)} <= set(sigs(actor))
     assert result['free'] is True
@@ -860,7 +876,7 @@ def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named()
     result = ladder(ScriptedSurveyor(guest_and_stuck((10,)), free(), guest_back_without_memory()), actor).run()
     assert [c for c in actor.calls if c[0].startswith('SIG')] == [('SIGTERM', 10), ('SIGKILL', 10)]
     watch = [a for a in result['actions'] if a['step'] == 'watch_respawn']
-    assert watch and watch[0]['result'].startswith('came back after') and 'PID 20' in watch[0]['result']
+    assert watch and watch[0]['code'] == 'guest_back' and 'PID 20' in watch[0]['result']
     assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
     assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']
 
@@ -891,7 +907,6 @@ def test_pid_1_of_its_own_namespace_without_a_sigterm_handler_gets_sigkill_at_on
     namespace that has no handler for it, so the ladder waited term_timeout for nothing. A real
     `unshare --pid --fork python3` holding a device node: without a handler (Python installs
     none for SIGTERM) SIGKILL follows at once; with one, SIGTERM ends it within its grace."""
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
     node = tmp_path / 'nvidia0'
     node.write_bytes(b'\0' * 4096)
     code = "import signal, sys\n%s\n%s" % (handler, _MAP_AND_WAIT)
