@@ -34,8 +34,6 @@ _COMM_LEN = 15
 PROTECTED_UNIT_PATTERN = re.compile(
     r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|slurmd|slurmstepd|kubelet|'
     r'containerd|docker)\.service$')
-CONTAINER_INIT = say.CONTAINER_INIT
-POD_PROTECTED = say.POD_PROTECTED
 # A decision's code with the facts its sentence names (gpu_say writes it).
 Finding = collections.namedtuple('Finding', 'code facts')
 # A PID above the kernel's hard limit (4194304) or 0 comes from mismatched driver bindings.
@@ -52,14 +50,6 @@ def infrastructure_name(name, cmdline, names=INFRASTRUCTURE):
             if infra.startswith(name):
                 return infra
     return None
-
-
-def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
-                      units=None):
-    """Why a process must never be signalled (a sentence, gpu_say.protection), or None; see
-    protection_code."""
-    code, detail = protection_code(proc, own_tree, patterns, owner, vendor_infrastructure, vendor_units, units)
-    return say.protection(code, detail, proc.pid)
 
 
 def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
@@ -236,12 +226,6 @@ def full_scan_code(snapshot, selected, free_threshold_mib):
         if gpu.used_mib - charged > uncharged_allowance_mib(gpu, free_threshold_mib):
             return Finding(lever.UNCHARGED_MEMORY, {'gpu': gpu.index, 'used_mib': gpu.used_mib, 'charged_mib': charged})
     return None
-
-
-def full_scan_reason(snapshot, selected, free_threshold_mib):
-    """The sentence of full_scan_code (gpu_say.full_scan), or None. The ladder reads the code;
-    this stays for the tests that read the sentence."""
-    return say.full_scan(full_scan_code(snapshot, selected, free_threshold_mib))
 
 
 def context_gpus_of(evidence, listed, orphaned):
@@ -533,14 +517,6 @@ def findings(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
     return found
 
 
-def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
-    """Plain sentences for everything an operator could not see in a process list: findings,
-    written by gpu_say.diagnosis (`blind_sentence`, gpu_access's, first). The Surveyor calls
-    those two; this stays for the tests that read the sentences."""
-    return say.diagnosis(findings(snapshot, holders, unconfirmed, rows, spared_pids, bool(blind_sentence)),
-                         blind_sentence)
-
-
 def holder_matches(holder, match_patterns):
     return lever.matches(holder, match_patterns)
 
@@ -561,7 +537,7 @@ def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), pee
             continue
         code = skip_code(holder, match_patterns)
         if code:
-            left.append(dict(holder, reason=skip_sentence(holder, code), reason_code=code))
+            left.append(dict(holder, reason=say.skip(holder, code), reason_code=code))
         else:
             targets.append(holder)
     return targets, left
@@ -573,10 +549,6 @@ INIT, PROTECTED, ZOMBIE, UNMATCHED = lever.INIT, lever.PROTECTED, lever.ZOMBIE, 
 SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = lever.SURVIVED, lever.PEER_MEMORY, lever.DEVICE_OPEN, lever.RESPAWNS
 
 skip_code = lever.skip_code
-skip_sentence = say.skip
-respawn_message = say.respawn_message
-next_lever = say.next_lever
-failure_message = say.failure_message
 is_container_init = lever.is_container_init
 container_restarts = lever.restart_policy
 runtime_unreachable = lever.runtime_unreachable
@@ -624,17 +596,6 @@ def sigterm_futile_code(holder):
     return None
 
 
-def sigterm_futile(holder):
-    """The sentence of sigterm_futile_code (gpu_say.sigterm_futile), or None."""
-    return say.sigterm_futile(holder, sigterm_futile_code(holder))
-
-
-def respawner_lever(parent, match_patterns, holds_gpu):
-    """The sentence of gpu_lever.respawner_lever's refusal, or None when the respawner may be
-    made the target (the ladder reads the code; this stays for callers of the sentence)."""
-    return say.respawner_refusal(parent, lever.respawner_lever(parent, match_patterns, holds_gpu).refusal)
-
-
 def units_to_stop(targets, protected_units, vendor_units=None):
     """System service units that own targets and may be stopped, in first-seen order
     (gpu_lever.unit_lever): only where root named the cgroup and systemd confirmed the unit
@@ -665,10 +626,3 @@ def stoppable_container(holder):
     if chosen.refusal in (None, lever.PROTECTED, lever.UNMATCHED) and chosen.argv:
         return chosen.owner
     return None
-
-
-def owner_lever(holder):
-    """The lever that the holder's owner (a pod, a container, a guest) calls for, as a clause
-    (gpu_lever.by_hand, gpu_say.owner_clause); None when it calls for nothing beyond the
-    signal ladder."""
-    return say.owner_clause(holder, lever.by_hand(holder))

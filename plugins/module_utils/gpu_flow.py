@@ -1093,8 +1093,8 @@ class Ladder(object):
             'diagnosis': last.diagnosis,
         })
         if not result['free'] and not self.actor.recording:
-            result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
-                                                   self.watch.respawners, say.blind(self.surveyor.access))
+            result['msg'] = say.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
+                                                self.watch.respawners, say.blind(self.surveyor.access))
         return result
 
 

@@ -688,9 +688,9 @@ def runtime_details(owner, timeout=10):
 
 
 def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False, listed_only=False, deep_when=None):
-    """One observation of the GPUs (through `backend`, a gpu_vendor.GpuBackend) and of every
+    """One observation of the GPUs (through `backend`, a gpu_backend.GpuBackend) and of every
     process that holds them; with `listed_only`, of the processes the driver lists only
-    (gpu_decide.full_scan_reason says when that is enough). `deep_when(gpus)`, asked once the
+    (gpu_decide.full_scan_code says when that is enough). `deep_when(gpus)`, asked once the
     driver has answered, makes the scan deep from the start (one pass over /proc) when the
     driver's numbers already show memory that no listed process is charged with."""
     started = time.time()

@@ -26,7 +26,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import P
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
 
-from .observations import CTX, NVIDIA, gpu, proc, runtime_confirms, snap
+from .observations import CTX, NVIDIA, diagnosed, gpu, proc, runtime_confirms, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
 UNIT = '0::/system.slice/gpuhog.service'
@@ -47,7 +47,7 @@ def classified(s, selected, units=None, spare=(), facts=None):
     spared_pids = frozenset(h['pid'] for h in spared)
     rows = decide.gpu_table(s, holders, selected, 128, spared_pids)
     return Survey(s, selected, holders, clients, unconfirmed, rows,
-                  decide.diagnose(s, holders, unconfirmed, rows, spared_pids), spared)
+                  diagnosed(s, holders, unconfirmed, rows, spared_pids), spared)
 
 
 class ScriptedSurveyor(object):
@@ -475,8 +475,8 @@ class Host(ScriptedSurveyor):
         return respawn.Link(pid, self.table[pid].ppid, self.table[pid].start_time, exe, None)
 
     def link(self, pid):
-        reason = decide.protection_reason(self.table[pid], set(), [], None, NVIDIA.infrastructure)
-        return self.peek(pid)._replace(protected=reason is not None)
+        code, _detail = decide.protection_code(self.table[pid], set(), [], None, NVIDIA.infrastructure)
+        return self.peek(pid)._replace(protected=code is not None)
 
     def descendants(self, pid):
         self.late = dict((p, n - 1) for p, n in self.late.items())

@@ -19,7 +19,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
-from .observations import CTX, gpu, proc, runtime_confirms, snap, systemd_confirms
+from .observations import CTX, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 CID = 'e6cca3930084' + '0' * 52
 PLUGINS = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'plugins')
@@ -106,7 +106,7 @@ def test_each_diagnosis_code_is_found_on_its_shape_and_written_from_its_facts(co
     assert any(words in sentence for sentence in sentences), sentences
     # The sentences the operator reads are these, in this order (the blind sentence first).
     blind_sentence = 'blind.' if blind else None
-    assert decide.diagnose(observed, holders, unconfirmed, rows, blind_sentence=blind_sentence) == \
+    assert diagnosed(observed, holders, unconfirmed, rows, blind_sentence=blind_sentence) == \
         ([blind_sentence] if blind else []) + [say.finding(f) for f in found]
 
 
@@ -131,7 +131,7 @@ def test_each_full_scan_code_is_decided_then_written():
     assert sorted(code for _shape, code, _text in cases) == sorted(lever.FULL_SCAN)
     for shape, code, text in cases:
         found = decide.full_scan_code(shape, [0], 128)
-        assert found.code == code and say.full_scan(found) == text == decide.full_scan_reason(shape, [0], 128)
+        assert found.code == code and say.full_scan(found) == text == say.full_scan(decide.full_scan_code(shape, [0], 128))
     enough = snap([gpu(0, used=1000, processes=[(10, 1000)])], [proc(10, fds=CTX, maps=CTX)])
     assert decide.full_scan_code(enough, [0], 128) is None and say.full_scan(None) is None
 
@@ -280,11 +280,12 @@ def test_the_rule_catches_what_it_names():
         [(1, 'a slice of peer_lever()')]
     assert _decisions_on_sentences("ok = line.startswith('CapEff:')", heads, writers) == []
     # Issue 32 item 3: a comparison with a sentence, a literal or gpu_say's constant by any
-    # module's name (gpu_flow's `reason == decide.CONTAINER_INIT`); codes and plain words pass.
-    head = "from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide\n" \
+    # module's name (gpu_flow's `reason == decide.CONTAINER_INIT`, gpu_decide's re-export then);
+    # codes and plain words pass.
+    head = "from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as words\n" \
            "from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever\n"
-    assert _decisions_on_sentences(head + "x = reason == decide.CONTAINER_INIT", heads, writers) == \
-        [(3, '== decide.CONTAINER_INIT')]
+    assert _decisions_on_sentences(head + "x = reason == words.CONTAINER_INIT", heads, writers) == \
+        [(3, '== words.CONTAINER_INIT')]
     assert _decisions_on_sentences(head + "x = 'came back' in result", heads, writers) == \
         [(3, "in 'came back'")]
     assert _decisions_on_sentences(head + "x = result != 'still running'", heads, writers) == \

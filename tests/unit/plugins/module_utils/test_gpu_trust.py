@@ -7,6 +7,7 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
 
@@ -182,8 +183,8 @@ def test_a_users_manager_is_shielded_as_the_main_process_of_user_at_uid_service_
                    cgroup=hybrid("/user.slice/user-1000.slice/user@1000.service/init.scope"))
     manager.uids, manager.exe_uid = (1000,) * 4, 0
     facts = {"user@1000.service": (None, "active", "/user.slice/user-1000.slice/user@1000.service", 132)}
-    assert "infrastructure (systemd)" in decide.protection_reason(manager, set(), [], units=facts)
-    assert decide.protection_reason(manager, set(), [], units={}) is None
+    assert decide.protection_code(manager, set(), [], units=facts) == (lever.INFRASTRUCTURE, "systemd")
+    assert decide.protection_code(manager, set(), [], units={}) == (None, None)
     impostor = proc(133, name="systemd", cmdline="systemd --user", cgroup=manager.cgroup)
     impostor.uids, impostor.exe_uid = (1000,) * 4, 0
-    assert decide.protection_reason(impostor, set(), [], units=facts) is None
+    assert decide.protection_code(impostor, set(), [], units=facts) == (None, None)
