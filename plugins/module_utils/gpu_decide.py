@@ -98,7 +98,7 @@ def identity_of(proc, units=None, vendor_units=None):
     whether systemd names it the main process of a system unit never stopped (a user's
     manager is user@UID.service's, running as the user)."""
     main_of = [unit for unit, facts in (units or {}).items()
-               if facts and len(facts) > 3 and facts[3] == proc.pid and protected_unit(unit, vendor_units)]
+               if facts and facts.main_pid == proc.pid and protected_unit(unit, vendor_units)]
     return {'uids': getattr(proc, 'uids', None), 'exe_uid': getattr(proc, 'exe_uid', None),
             'main_of_protected_unit': bool(main_of)}
 
@@ -307,9 +307,11 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
     reason = say.protection(code, detail, proc.pid)
     unit = owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
     if unit:
-        restart, active = (units.get(unit) or (None, None))[:2]
+        facts_of_unit = units.get(unit)
+        restart, active = (facts_of_unit.restart, facts_of_unit.active) if facts_of_unit else (None, None)
     elif owner['manager'] == gpu_owner.USER_MANAGER:
-        restart, active = ((facts.get('user_units') or {}).get((owner['uid'], owner['unit'])) or (None, None))[:2]
+        facts_of_unit = (facts.get('user_units') or {}).get((owner['uid'], owner['unit']))
+        restart, active = (facts_of_unit.restart, facts_of_unit.active) if facts_of_unit else (None, None)
     else:
         restart, active = None, None
     other_ns = bool(snapshot.own_pidns and proc.pidns and proc.pidns != snapshot.own_pidns)

@@ -86,7 +86,7 @@ def listeners(port, host, unit=None, container=None, proc='/proc', timeout=10):
     container, or None. `listening` with no owners: a socket this host cannot tie to a process
     it sees (another PID namespace, or /proc/PID/fd it may not read: see `unreadable`)."""
     inodes = gpu_observe.tcp_listeners(port, host, proc)
-    group = gpu_observe.unit_restart_policy(unit, timeout)[2] if unit else None
+    group = gpu_observe.unit_restart_policy(unit, timeout).control_group if unit else None
     unified = gpu_observe.unified_cgroup()
     own = unit_container(container[0], container[1], unified, timeout) if container else None
     procs, unreadable = gpu_observe.scan_processes(sorted(inodes), proc=proc) if inodes else ({}, [])

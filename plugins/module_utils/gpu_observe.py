@@ -596,7 +596,11 @@ def ancestors(pid, proc='/proc'):
 
 
 _UNIT_PROPERTIES = ['-p', 'Restart', '-p', 'ActiveState', '-p', 'ControlGroup', '-p', 'MainPID']
-NO_UNIT = (None, None, None, None)
+# What a manager says of a unit (systemctl show): Restart=, ActiveState, ControlGroup and MainPID
+# (None where not given; issue 32 item 4: a named record, not positions).
+UnitFacts = collections.namedtuple('UnitFacts', 'restart active control_group main_pid')
+UnitFacts.__new__.__defaults__ = (None, None, None, None)
+NO_UNIT = UnitFacts()
 
 
 def _unit_facts(argv, timeout, **as_user):
@@ -607,12 +611,12 @@ def _unit_facts(argv, timeout, **as_user):
         return NO_UNIT
     values = dict(line.split('=', 1) for line in out.stdout.splitlines() if '=' in line)
     main = values.get('MainPID', '')
-    return (values.get('Restart'), values.get('ActiveState'), values.get('ControlGroup') or None,
-            int(main) if main.isdigit() and int(main) > 0 else None)
+    return UnitFacts(values.get('Restart'), values.get('ActiveState'), values.get('ControlGroup') or None,
+                     int(main) if main.isdigit() and int(main) > 0 else None)
 
 
 def unit_restart_policy(unit, timeout=10):
-    """(Restart=, ActiveState, ControlGroup, MainPID or None) of a system unit, or Nones where
+    """UnitFacts (Restart=, ActiveState, ControlGroup, MainPID or None) of a system unit, or Nones where
     systemd is not running. A name systemd's grammar refuses (a glob) is never passed to
     systemctl."""
     if not gpu_owner.valid_unit_name(unit) or not os.path.isdir('/run/systemd/system') \
@@ -644,7 +648,7 @@ def user_manager_call(uid):
 
 
 def user_unit_facts(uid, unit, timeout=10):
-    """(Restart=, ActiveState, ControlGroup, MainPID) of a unit of user `uid`'s own manager,
+    """UnitFacts (Restart=, ActiveState, ControlGroup, MainPID) of a unit of user `uid`'s own manager,
     asked as that user; Nones when her manager does not run or the name fails systemd's grammar."""
     call = user_manager_call(uid) if gpu_owner.valid_unit_name(unit) and uid else None
     if call is None:

@@ -11,7 +11,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
-from .observations import CTX, NVIDIA, OWN_NS, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
+from .observations import CTX, NVIDIA, OWN_NS, UnitFacts, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 
 def classify(s, patterns=(), own_tree=frozenset(), units=None, facts=None):
@@ -290,7 +290,7 @@ def test_diagnosis_d_state_zombie_and_restarting_unit():
         proc(77, name='launcher'),
     ])
     s.procs[10].wchan = 'uvm_gpu_retain_by_uuid'
-    holders, _unused, unconfirmed = classify(s, units={'hog.service': ('always', 'active')})
+    holders, _unused, unconfirmed = classify(s, units={'hog.service': UnitFacts('always', 'active')})
     text = ' '.join(diagnosed(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
     assert 'PID 10 (python3) is in uninterruptible sleep (D, wchan uvm_gpu_retain_by_uuid)' in text
     assert 'PID 11 (python3) is a zombie' in text and 'parent PID 77 (launcher) must reap it' in text

@@ -24,14 +24,14 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout, UnitFacts
 
 from .observations import CTX, NVIDIA, diagnosed, gpu, proc, runtime_confirms, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
 UNIT = '0::/system.slice/gpuhog.service'
 # What systemd answers for gpuhog.service (systemctl show -p Restart,ActiveState,ControlGroup).
-GPUHOG = {'gpuhog.service': ('always', 'active', '/system.slice/gpuhog.service')}
+GPUHOG = {'gpuhog.service': UnitFacts('always', 'active', '/system.slice/gpuhog.service')}
 
 
 def survey_of(gpus, procs, units=None, spare=(), start_times=None, facts=None):
@@ -52,11 +52,14 @@ def classified(s, selected, units=None, spare=(), facts=None):
 
 class ScriptedSurveyor(object):
     """Returns the given surveys in order; an exception in the list is raised instead. After
-    the script runs out, the last survey is repeated."""
+    the script runs out, the last survey is repeated. It answers everything gpu_flow.Surveyor
+    answers (test_the_doubles_answer_what_the_real_surveyor_and_actor_answer)."""
 
     nvml_timeout = 1.0
     own_ancestors = frozenset()
     backend = NVIDIA
+    requested, exclude, spare_units, protect, free_threshold_mib = [], [], frozenset(), (), 128
+    last_facts = ({}, {})
 
     proc = '/proc'
 
@@ -71,6 +74,8 @@ class ScriptedSurveyor(object):
         self.pattern_sets = []
         self.access = ProcAccess(euid=0, user='root', can_read_all=True, hidepid=None)
         self.full_asked = []   # the `full` of each survey() call, in order
+        self.owner_details, self.supervisor_status, self.supervisor_errors = {}, {}, {}
+        self.supervisor_units = set()
 
     def survey(self, deep=False, full=True):
         self.full_asked.append(full)
@@ -108,6 +113,19 @@ class ScriptedSurveyor(object):
         seq = self.kids.get(pid, [[]])
         return seq.pop(0) if len(seq) > 1 else seq[0]
 
+    @staticmethod
+    def init_respawns():
+        return False     # PID 1 is a systemd manager here
+
+    def peek(self, pid):
+        raise act.ProcessGone(pid, 'stat')     # no ancestry unless a test gives one (Host)
+
+    def link(self, pid):
+        return self.peek(pid)
+
+    def descendants(self, pid):
+        return self.peek(pid)
+
     def describe(self, pid, snapshot):
         if pid not in self.others:
             raise act.ProcessGone(pid, 'stat')
@@ -119,6 +137,7 @@ class ScriptedActor(object):
     its name says ('exits-on-term', 'exits-on-kill'; anything else never exits)."""
 
     recording = False
+    ended = frozenset()
 
     def __init__(self):
         self.calls = []
@@ -136,6 +155,14 @@ class ScriptedActor(object):
     def stop_user_unit(self, uid, unit, timeout):
         self.calls.append(('stop_user_unit', uid, unit, timeout))
         return say.step(lever.UNIT_STOPPED, waited=0.1, uid=uid), True
+
+    def stop_container(self, owner, grace):
+        self.calls.append(('stop_container', owner['id'], grace))
+        return say.step(lever.CONTAINER_STOPPED), True
+
+    def stop_supervised(self, owner, holders, grace, status_timeout):
+        self.calls.append(('stop_supervised', owner['id'], grace))
+        return say.step(lever.SUPERVISED_STOPPED, waited=0.1, command='stop', watched=1.5), True, None
 
     def signal(self, holder, signum, never):
         name = act.SIGNAL_NAMES[signum]
@@ -346,6 +373,21 @@ def test_a_driver_that_hangs_at_the_first_look_raises_before_any_action():
 def test_a_free_host_gets_no_action_and_no_change():
     result = Ladder(ScriptedSurveyor(free())).run()
     assert result['changed'] is False and result['actions'] == [] and result['free'] is True
+
+
+def _public(thing):
+    return set(name for name in dir(thing) if not name.startswith('_'))
+
+
+def test_the_doubles_answer_what_the_real_surveyor_and_actor_answer():
+    """Issue 32 item 4: the doubles implement the real protocol, so gpu_flow asks the surveyor
+    and the actor plainly (no getattr with a default for what a double lacks)."""
+    real = flow.Surveyor(backend=NVIDIA)
+    assert _public(real) - _public(ScriptedSurveyor()) == set()
+    # start_scope is gpu_adopt's, never the ladder's.
+    assert _public(act.HostActor()) - _public(ScriptedActor()) == {'start_scope'}
+    assert _public(act.RecordingActor()) - _public(act.HostActor()) == set()
+    assert act.HostActor().ended == frozenset()
 
 
 def test_signal_names_cover_the_signals_the_ladder_sends():
@@ -779,8 +821,8 @@ ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service
 def user_held(confirmed=True):
     """GPU 0 held by PID 10 in alice's own Restart=always service hog.service; her manager
     confirms the unit's ControlGroup, or knows no such unit (a directory she made)."""
-    facts = {'user_units': {(1000, 'hog.service'): ('always', 'active', ALICE_SVC) if confirmed
-                            else (None, None, None)}}
+    facts = {'user_units': {(1000, 'hog.service'): UnitFacts('always', 'active', ALICE_SVC) if confirmed
+                            else UnitFacts()}}
     return survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
                      [proc(10, name='exits-on-term', fds=CTX, maps=CTX, cgroup='0::%s\n' % ALICE_SVC)],
                      facts=facts)
