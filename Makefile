@@ -15,7 +15,7 @@ LAB         := tests/lab/lab
 COLL_LINK   := .build/collections/ansible_collections/gpuops/reclaim
 COLL_TARBALL = $(shell sed -n 's/^namespace: *//p' galaxy.yml)-$(shell sed -n 's/^name: *//p' galaxy.yml)-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
-.PHONY: help venv host-deps fakegpu collection-link proxmox-collection unit units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test molecule test demo clean lab-down
+.PHONY: help venv host-deps fakegpu collection-link proxmox-collection unit rules-check units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test lab-test-plain lab-test-containers lab-test-runtimes molecule molecule-scenarios molecule-docker inotify-room test demo clean lab-down
 
 help:
 	@echo "make test   - unit, sanity, lint, build, lab integration and Molecule"
@@ -73,6 +73,16 @@ SKIP_DIR := .build/skips
 unit: venv fakegpu collection-link
 	mkdir -p $(SKIP_DIR)
 	$(VPY) -m pytest -q -rsx tests/unit 2>&1 | tee $(SKIP_DIR)/unit.log
+
+# The alert rules shipped in prometheus/ (promtool check rules, and each alert firing and not firing:
+# promtool test rules), and the run_metrics module's output through promtool's parser (check metrics).
+# promtool comes from Debian's prometheus package, unpacked by tests/prometheus/fetch: installed, the
+# package would start a Prometheus server on :9090 (issue 33).
+rules-check: venv collection-link
+	tests/prometheus/fetch
+	.build/prometheus/promtool check rules prometheus/gpuops-reclaim.rules.yml
+	.build/prometheus/promtool test rules tests/prometheus/gpuops-reclaim.rules.test.yml
+	GPUOPS_REQUIRE_PROMTOOL=1 $(VPY) -m pytest -q tests/unit/plugins/module_utils/test_prom_text.py tests/unit/plugins/module_utils/test_gpu_metrics.py
 
 # Sanity once per ansible-core version claimed: the pinned one in .venv (2.19) and the
 # oldest (tests/sanity/requirements-oldest.txt, 2.16) in a venv of its own; each version
@@ -133,35 +143,82 @@ RUNTIME_TESTS = tests/integration/test_docker.py tests/integration/test_supervis
 	tests/integration/test_container_health.py tests/integration/test_port_owner.py \
 	tests/integration/test_pct.py tests/integration/test_owner_cli.py
 
-lab-test: venv host-deps fakegpu collection-link proxmox-collection
+# What every lab and Molecule stage needs first. `make test` makes it once, then runs the stages
+# side by side (tests/run_stages.py, with RUN_STAGES=1 for them), so no two stages run apt, ln or
+# the stand-in's build at the same time. A stage run alone (`make lab-test-plain`) makes it itself.
+LAB_PREREQS = $(if $(RUN_STAGES),,venv host-deps fakegpu collection-link proxmox-collection)
+
+# The plain lab's tests over LAB_WORKERS node sets (pytest-xdist), one private lab per worker
+# (tests/integration/worker_lab.py: worker 1 keeps yours, the others derive theirs; their bases,
+# LAB_WORKER_ADDR_BASES, default to base + 165, + 185, + 205). --dist load: the tests are
+# independent, and a worker takes the next test as it finishes one.
+LAB_WORKERS ?= 3
+PYTEST_LAB = $(VPY) -m pytest -q -rsx --durations=15
+
+lab-test-plain: $(LAB_PREREQS)
 	mkdir -p $(SKIP_DIR)
-	$(VPY) -m pytest -q -rsx tests/integration 2>&1 | tee $(SKIP_DIR)/lab-test.log
-	$(CONTAINER_LAB) $(VPY) -m pytest -q -rsx tests/integration/test_containers.py tests/integration/test_container_health.py 2>&1 | tee $(SKIP_DIR)/lab-test-containers.log
-	$(RUNTIMES_LAB) $(VPY) -m pytest -q -rsx $(RUNTIME_TESTS) 2>&1 | tee $(SKIP_DIR)/lab-test-runtimes.log
+	$(PYTEST_LAB) -n $(LAB_WORKERS) --dist load tests/integration 2>&1 | tee $(SKIP_DIR)/lab-test.log
+
+lab-test-containers: $(LAB_PREREQS)
+	mkdir -p $(SKIP_DIR)
+	$(CONTAINER_LAB) $(PYTEST_LAB) tests/integration/test_containers.py tests/integration/test_container_health.py 2>&1 | tee $(SKIP_DIR)/lab-test-containers.log
+
+lab-test-runtimes: $(LAB_PREREQS)
+	mkdir -p $(SKIP_DIR)
+	$(RUNTIMES_LAB) $(PYTEST_LAB) $(RUNTIME_TESTS) 2>&1 | tee $(SKIP_DIR)/lab-test-runtimes.log
+
+lab-test: lab-test-plain lab-test-containers lab-test-runtimes
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared
 # extensions/molecule/config.yml; the default scenario boots the lab once for all.
 # Its node runs podman (LAB_CONTAINERS=1), so the podman scenario shares that one boot; the
-# systemd scenarios do not notice it. The docker scenario needs a runtime node (docker.io; a node
-# is a container node or a runtime node, never both): it runs alone after them, in the private
-# runtimes lab of lab-test (its own create and destroy; one node, booted in about 2 s).
-molecule: venv host-deps fakegpu collection-link
-	LAB_CONTAINERS=1 $(VBIN)/molecule test --all --exclude docker
-	$(RUNTIMES_LAB) $(VBIN)/molecule test -s docker
+# systemd scenarios do not notice it. They run in a private lab of their own (`...-molecule` at
+# base + 30, LAB_MOLECULE_ADDR_BASE overrides), so they can run beside the lab tests.
+# The docker scenario needs a runtime node (docker.io; a node is a container node or a runtime
+# node, never both): it runs alone in the private runtimes lab of lab-test (its own create and
+# destroy; one node, booted in about 2 s), after lab-test-runtimes in `make test`.
+MOLECULE_LAB = LAB_CONTAINERS=1 \
+	LAB_STATE=$${LAB_STATE:-/var/lib/gpuops-lab}-molecule LAB_RUN=$${LAB_RUN:-/run/gpuops-lab}-molecule \
+	LAB_ADDR_BASE=$${LAB_MOLECULE_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 30 ))}
 
-test: venv host-deps fakegpu collection-link
-	rm -rf $(SKIP_DIR)
-	$(MAKE) unit
-	$(MAKE) sanity
-	$(MAKE) lint
-	$(MAKE) changelog-lint
-	$(MAKE) build
-	$(MAKE) import-check
-	$(MAKE) ee-check
-	$(MAKE) lab-test
-	$(MAKE) molecule
-	@echo "== what did not run, or was expected to fail (pytest -rsx of each pytest stage) =="
-	@grep -hE '^(SKIPPED|XFAIL|XPASS)' $(SKIP_DIR)/*.log || echo "nothing: every collected test ran"
+# Each of the two runs keeps its Molecule state (shared_state: one directory for all its
+# scenarios) in a directory of its own, so the two can run at the same time.
+molecule-scenarios: $(LAB_PREREQS)
+	rm -rf .build/molecule/scenarios
+	MOLECULE_EPHEMERAL_DIRECTORY=$(CURDIR)/.build/molecule/scenarios $(MOLECULE_LAB) $(VBIN)/molecule test --all --exclude docker
+
+molecule-docker: $(LAB_PREREQS)
+	rm -rf .build/molecule/docker
+	MOLECULE_EPHEMERAL_DIRECTORY=$(CURDIR)/.build/molecule/docker $(RUNTIMES_LAB) $(VBIN)/molecule test -s docker
+
+molecule: molecule-scenarios molecule-docker
+
+# The stages of `make test`, in lanes: the lanes run at the same time, the stages of a lane
+# one after another (tests/run_stages.py; each stage's log whole in .build/logs/STAGE.log, printed
+# when it ends). Lab stages that share a lab share a lane. Add a stage here.
+TEST_LANES := \
+	unit+rules-check+sanity+lint+changelog-lint+build+import-check+ee-check \
+	lab-test-plain \
+	lab-test-containers \
+	lab-test-runtimes+molecule-docker \
+	molecule-scenarios
+
+# Every lab node's root processes hold about 10 of root's inotify instances (tests/lab/README.md),
+# and make test boots some 15 nodes at once (LXC guests besides): more than the kernel's default
+# of 128 that every lab on the machine shares. As root (CI), make test raises the limit to 1024
+# when it is lower; where /proc/sys is read-only, `lab up` refuses clearly, naming the sysctl.
+INOTIFY_INSTANCES := 1024
+
+inotify-room:
+	@limit=$$(cat /proc/sys/fs/inotify/max_user_instances); \
+	if [ "$$(id -u)" = 0 ] && [ "$$limit" -lt $(INOTIFY_INSTANCES) ]; then \
+	  echo "raising fs.inotify.max_user_instances from $$limit to $(INOTIFY_INSTANCES) (concurrent lab stages)"; \
+	  echo $(INOTIFY_INSTANCES) > /proc/sys/fs/inotify/max_user_instances || echo "could not raise it: lab up will say so if nodes do not fit"; \
+	fi
+
+test: venv host-deps fakegpu collection-link proxmox-collection inotify-room
+	rm -rf $(SKIP_DIR) .build/logs
+	RUN_STAGES=1 $(PYTHON) tests/run_stages.py --logs .build/logs --table .build/test-times.txt --skips $(SKIP_DIR) $(TEST_LANES)
 
 demo: venv host-deps fakegpu collection-link
 	tests/demo/run

@@ -13,7 +13,7 @@ import subprocess
 import time
 
 from suite import (MIB, WORKLOAD, Nvml, Skip, StepError, alive, comm_of, nvidia_nodes, proc_identity,
-                   smi_table, wait_for)
+                   pynvml, smi_table, wait_for)
 
 TERM_TIMEOUT = 3
 RELEASE_TIMEOUT = 30
@@ -666,7 +666,29 @@ def _pending_signals(pid):
 
 # --- 12 ---------------------------------------------------------------------------------------------------
 
-RANK_SHAPES = ((24, 1024), (8, 12288))   # (processes, MiB each): many small ranks; a TP-8 server's shape
+# (processes, the most MiB each): many small ranks; a TP-8 server's shape, 12 GiB a rank where GPU 0
+# has room (the H200's 143771 MiB), less where it has not: 8 x 12 GiB and their contexts do not fit
+# in an H100's 80 GB, where the suite failed (issue 31). rank_shapes() sizes them from free memory.
+RANK_SHAPES = ((24, 1024), (8, 12288))
+# Beside its tensor, each rank's CUDA context: 610 MiB on the H200 (s1's context_overhead_mib, runs
+# 20-22), taken as 1 GiB for cards whose context is larger; and 5% of free memory left to the driver.
+RANK_CONTEXT_MIB = 1024
+RANK_FILL = 0.95
+
+
+def rank_shapes(free_mib, shapes=RANK_SHAPES):
+    """([(processes, MiB each)] that fit in free_mib, [why for each that does not]): each rank's
+    memory is the shape's most, or the most whole GiB that fits with every rank's context."""
+    fits, left_out = [], []
+    for count, most in shapes:
+        room = int(free_mib * RANK_FILL) // count - RANK_CONTEXT_MIB
+        mib = min(most, room // 1024 * 1024)
+        if mib >= 1024:
+            fits.append((count, mib))
+        else:
+            left_out.append('%d x %d MiB: GPU 0 has %d MiB free, not room for %d ranks of 1 GiB with their contexts'
+                            % (count, most, free_mib, count))
+    return fits, left_out
 
 
 def _start_ranks(ctx, count, mib, label):
@@ -972,8 +994,14 @@ def s12_many_ranks(ctx):
     reclaim counts the Ladder's own time): its first
     signal, the last holder gone (a signal's at_s + took_s), and elapsed_s (verified free: its own
     NVML read, in the session it holds for the run). Ratios to the floor are recorded, never
-    asserted."""
-    for count, mib in RANK_SHAPES:
+    asserted. The shapes are sized from GPU 0's free memory (rank_shapes); one that cannot fit is
+    left out and the scenario ends skipped, naming it."""
+    with Nvml() as nv:
+        free_mib = nv.gpu(0)['free_mib']
+    shapes, left_out = rank_shapes(free_mib)
+    ctx.num('gpu0_free_mib_at_start', free_mib)
+    ctx.num('shapes', ['%dx%d' % shape for shape in shapes])
+    for count, mib in shapes:
         key = '%dx%d' % (count, mib)
         blinds, runs = [], []
         for rep in range(S12_REPS):
@@ -1012,6 +1040,8 @@ def s12_many_ranks(ctx):
         ctx.num('blind_sigkill_to_exited_s_%s' % key, exited)
         if exited and kill_to_gone:
             ctx.num('reclaim_kill_to_gone_vs_blind_exited_%s' % key, round(_mean(kill_to_gone) / exited, 3))
+    if left_out:
+        raise Skip('cannot fit on GPU 0: %s' % '; '.join(left_out))
 
 
 # --- 13, 14 ----------------------------------------------------------------------------------------------
@@ -1144,6 +1174,88 @@ def s14_respawn_grandparent(ctx):
 
 
 # name, title, function, time limit (s), needs ansible, needs GPUs
+# --- 15 ---------------------------------------------------------------------------------------------------
+
+def _timed(fn):
+    """(answer, ms): the answer, or {'error': NVML's words, 'value': its code}."""
+    started = time.monotonic()
+    try:
+        answer = fn()
+    except pynvml.NVMLError as exc:
+        answer = {'error': str(exc), 'value': exc.value}
+    return answer, round((time.monotonic() - started) * 1000.0, 3)
+
+
+def _health_reads(index):
+    """What the driver answers for GPU `index`'s health, each read timed, in one open session."""
+    reads = {}
+    with Nvml() as nv:
+        handle = nv.handles[index]
+        reads['remapped_rows'] = _timed(lambda: list(pynvml.nvmlDeviceGetRemappedRows(handle)))
+        reads['ecc_volatile_uncorrected'] = _timed(lambda: pynvml.nvmlDeviceGetTotalEccErrors(
+            handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))
+        reads['retired_pages_pending'] = _timed(lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+
+        def recovery():
+            value = pynvml.nvmlDeviceGetFieldValues(handle, [230])[0]   # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+            return {'nvml_return': value.nvmlReturn, 'value_type': value.valueType, 'value': value.value.uiVal}
+        reads['recovery_action'] = _timed(recovery)
+
+        def xid_events():
+            events = pynvml.nvmlEventSetCreate()
+            try:
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, events)
+                try:
+                    data = pynvml.nvmlEventSetWait_v2(events, 50)
+                    return {'event': int(data.eventData)}
+                except pynvml.NVMLError as exc:
+                    return {'wait': str(exc), 'value': exc.value}
+            finally:
+                pynvml.nvmlEventSetFree(events)
+        reads['xid_event_wait_50ms'] = _timed(xid_events)
+    return reads
+
+
+def s15_gpu_health(ctx):
+    """Issue 30 item 6: the health reads on the real card, and gpu_holders' verdict on them."""
+    suite = ctx.suite
+    index = suite.test_gpus[0]
+    reads = _health_reads(index)
+    ctx.num('reads', dict((name, {'answer': answer, 'ms': ms}) for name, (answer, ms) in reads.items()))
+    remapped = reads['remapped_rows'][0]
+    ctx.check('remapped rows answer, none pending and none failed',
+              isinstance(remapped, list) and remapped[2] == 0 and remapped[3] == 0, remapped)
+    ecc = reads['ecc_volatile_uncorrected'][0]
+    ctx.check('no volatile uncorrectable ECC error', ecc == 0, ecc)
+    retired = reads['retired_pages_pending'][0]
+    ctx.check('retired pages pending: a value (0) or Not Supported (Ampere and later)',
+              retired == 0 or (isinstance(retired, dict) and retired.get('value') == pynvml.NVML_ERROR_NOT_SUPPORTED),
+              retired)
+    recovery = reads['recovery_action'][0]
+    ctx.check('recovery action field 230 answers 0 (none)',
+              isinstance(recovery, dict) and recovery.get('nvml_return') == 0 and recovery.get('value') == 0, recovery)
+    xid = reads['xid_event_wait_50ms'][0]
+    ctx.check('registering for critical Xid events works and a 50 ms wait times out',
+              isinstance(xid, dict) and xid.get('value') == pynvml.NVML_ERROR_TIMEOUT, xid)
+
+    call, res = ctx.ansible('gpu_holders', {'gpus': [str(index)], 'handles': False, 'health': True})
+    ctx.num('gpu_holders_ansible_wall_s', call['wall_s'])
+    ctx.check('gpu_holders with health succeeded', call['rc'] == 0 and not res.get('failed'), res.get('msg'))
+    rows = dict((r['index'], r) for r in res.get('gpus') or [])
+    health = (rows.get(index) or {}).get('health') or {}
+    facts = health.get('facts') or {}
+    ctx.num('module_health', health)
+    ctx.num('module_took_ms', facts.get('took_ms'))
+    ctx.check('gpu_holders reads GPU %d healthy' % index, health.get('code') == 'healthy', health.get('message'))
+    ctx.check('its facts are what the driver answered directly',
+              isinstance(remapped, list) and facts.get('remapped_rows') == dict(zip(
+                  ('correctable', 'uncorrectable', 'pending', 'failed'), remapped))
+              and facts.get('ecc_volatile_uncorrected') == ecc and facts.get('recovery_action') == 0,
+              {'module': facts, 'direct': reads})
+    ctx.check('the kernel log was read for Xids (journalctl -k)', 'xid' not in (facts.get('unread') or {}),
+              facts.get('unread'))
+
+
 SCENARIOS = [
     ('s1', 'NVML facts: a torch holder is listed with its memory; SIGKILL releases it', s1_nvml_facts,
      90, False, 1),
@@ -1166,12 +1278,14 @@ SCENARIOS = [
      s10_container_init, 90, True, 1),
     ('s11', 'default targeting: gpu_reclaim with no match and no gpus frees the run\'s holders, signals nothing else',
      s11_default_targets, 90, True, 1),
-    ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x 12 GiB): gpu_reclaim beside a blind '
+    ('s12', 'many ranks ignoring SIGTERM on one GPU (24 x 1 GiB, 8 x up to 12 GiB): gpu_reclaim beside a blind '
      'SIGKILL of all, the driver\'s floor', s12_many_ranks, 330, True, 1),
     ('s13', 'a bash loop restarts a torch worker that re-titles itself and takes CUDA seconds later; gpu_reclaim '
      'ends the loop, never free while it lives', s13_respawn_parent, 150, True, 1),
     ('s14', 'the same loop one level up: it restarts a launcher whose child is the worker', s14_respawn_grandparent,
      150, True, 1),
+    ('s15', 'GPU health: remapped rows, volatile uncorrectable ECC, retired pages, recovery action 230, Xid '
+     'events, each read timed; gpu_holders reads it healthy', s15_gpu_health, 60, True, 1),
 ]
 
 __all__ = ['SCENARIOS', 'StepError']

@@ -163,9 +163,10 @@ class Nvml(object):
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             reserved = None
         uuid = pynvml.nvmlDeviceGetUUID(handle)
-        return {'index': index, 'uuid': _s(uuid), 'minor': int(pynvml.nvmlDeviceGetMinorNumber(handle)),
+        return {'index': index, 'uuid': _s(uuid), 'name': _s(pynvml.nvmlDeviceGetName(handle)),
+                'minor': int(pynvml.nvmlDeviceGetMinorNumber(handle)),
                 'used_mib': mem.used // MIB, 'reserved_mib': reserved, 'total_mib': mem.total // MIB,
-                'procs': self.procs(index)}
+                'free_mib': mem.free // MIB, 'procs': self.procs(index)}
 
     def all(self):
         return [self.gpu(i) for i in range(len(self.handles))]
@@ -473,6 +474,7 @@ class Suite(object):
                 info['gpus'] = [dict(g, procs=dict((str(k), v) for k, v in g['procs'].items()))
                                 for g in gpus]
                 self.ngpus = len(gpus)
+                pre['cards'] = cards_line(gpus)
                 self.baseline = dict((g['index'], g['used_mib']) for g in gpus)
                 self.minor = dict((g['index'], g['minor']) for g in gpus)
                 foreign = sorted(set(p for g in gpus for p in g['procs']))
@@ -549,6 +551,19 @@ class Suite(object):
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+def cards_line(gpus):
+    """The cards the suite runs on, named with their memory: 'NVIDIA H100 80GB HBM3 x2, 81559 MiB
+    each (free: 0: 80944, 1: 80944)'; different cards are listed one by one."""
+    if not gpus:
+        return 'no GPU'
+    kinds = sorted(set((g['name'], g['total_mib']) for g in gpus))
+    free = ', '.join('%d: %d' % (g['index'], g['free_mib']) for g in gpus)
+    if len(kinds) == 1:
+        return '%s x%d, %d MiB each (free MiB at the start: %s)' % (kinds[0][0], len(gpus), kinds[0][1], free)
+    return '%s (free MiB at the start: %s)' % (
+        '; '.join('%d: %s, %d MiB' % (g['index'], g['name'], g['total_mib']) for g in gpus), free)
+
+
 def skip(entry, why):
     """Mark a scenario skipped, saying why (the report's PARTIAL line names it with this)."""
     entry['status'] = 'skip'
@@ -615,8 +630,9 @@ def _short(value, n=300):
 
 def render_text(report):
     lines = ['%s  run %s  started %s' % (report['suite'], report['run_id'], report['started_at']),
-             'RESULT: %s  %s' % (report.get('result', '?'), report.get('summary', '')), '']
+             'RESULT: %s  %s' % (report.get('result', '?'), report.get('summary', ''))]
     pre = report.get('preflight', {})
+    lines += ['CARDS: %s' % pre.get('cards', 'not read (see PREFLIGHT)'), '']
     lines.append('PREFLIGHT')
     for key in ('host', 'kernel', 'python', 'python_executable', 'euid', 'pid1_comm',
                 'cuda_visible_devices', 'test_gpus', 'baseline_used_mib',

@@ -2,6 +2,7 @@
 
 LAB_NODES (default 2) sets how many nodes; nodes already up in that number are reused.
 LAB_KEEP=1 leaves them running after the session (then `tests/lab/lab down`).
+Under pytest-xdist (-n N) each worker gets a private lab of its own (worker_lab.py).
 """
 
 import json
@@ -11,7 +12,13 @@ import tempfile
 
 import pytest
 
-from . import scenarios
+from . import scenarios, worker_lab
+
+# Before any test module reads LAB_STATE, LAB_RUN, LAB_ADDR_BASE or LAB2_* (at import).
+try:
+    os.environ.update(worker_lab.worker_env(os.environ))
+except worker_lab.WorkerLabError as exc:
+    raise pytest.UsageError(str(exc)) from None
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = os.path.join(REPO, "tests", "lab", "lab")

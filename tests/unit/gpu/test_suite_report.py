@@ -103,3 +103,79 @@ def test_s4_and_s8_key_facts_are_hard_checks(suite):
     scenarios = suite[1]
     for fn in (scenarios.s4_forked_child, scenarios.s8_nccl_peer_memory):
         assert 'hard=False' not in inspect.getsource(fn), fn.__name__
+
+
+# Free MiB on GPU 0 at s12's start on the device machine's cards (total less the driver's
+# reserve, nvidia-smi and NVML of the reports): the H200's 143771 - 615, the H100's 81559 - 615.
+H200_FREE, H100_FREE = 143156, 80944
+
+
+def test_s12_keeps_its_shapes_where_the_card_has_room(suite):
+    assert suite[1].rank_shapes(H200_FREE) == ([(24, 1024), (8, 12288)], [])
+
+
+def test_s12_sizes_the_tp8_shape_down_to_what_an_h100_holds(suite):
+    shapes, left_out = suite[1].rank_shapes(H100_FREE)
+    assert left_out == []
+    assert shapes[0] == (24, 1024)
+    count, mib = shapes[1]
+    assert count == 8 and 1024 <= mib < 12288 and mib % 1024 == 0
+    # Every rank's tensor and its context (610 MiB measured on the H200) within free memory.
+    assert count * (mib + 610) <= H100_FREE
+
+
+def test_s12_leaves_out_a_shape_that_cannot_fit_saying_why(suite):
+    shapes, left_out = suite[1].rank_shapes(40000)
+    assert shapes == [(8, 3072)]
+    assert left_out == ['24 x 1024 MiB: GPU 0 has 40000 MiB free, not room for 24 ranks of 1 GiB with their contexts']
+
+
+def test_s12_that_fits_no_shape_ends_skipped_naming_the_card_memory_not_as_an_error(suite, monkeypatch):
+    mod, scenarios = suite
+
+    class TinyCard:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def gpu(self, index):
+            return {'index': index, 'free_mib': 9000}
+
+    monkeypatch.setattr(scenarios, 'Nvml', TinyCard)
+
+    class Fake(mod.Suite):
+        def __init__(self):    # pylint: disable=super-init-not-called
+            self.report = {'scenarios': []}
+            self.test_gpus = [0]
+            self.has_ansible = True
+            self.started = 0
+
+        def left(self):
+            return 1000
+
+        def kill_ours(self, timeout=10.0):
+            return [], []
+
+        def wait_baseline(self, gpus, timeout=15.0, slack_mib=64):
+            return True, 0.0, {}
+
+    fake = Fake()
+    fake.scenario('s12', 'many ranks', scenarios.s12_many_ranks, 10)
+    entry_ = fake.report['scenarios'][0]
+    assert entry_['status'] == 'skip', entry_
+    assert 'GPU 0 has 9000 MiB free' in entry_['skip_reason']
+    assert mod.verdict([entry_])[::2] == ('PARTIAL', 3)
+
+
+def test_the_report_names_the_card_and_its_memory(suite):
+    mod = suite[0]
+    gpus = [{'index': i, 'name': 'NVIDIA H100 80GB HBM3', 'total_mib': 81559, 'free_mib': 80944} for i in (0, 1)]
+    line = mod.cards_line(gpus)
+    assert line == 'NVIDIA H100 80GB HBM3 x2, 81559 MiB each (free MiB at the start: 0: 80944, 1: 80944)'
+    text = mod.render_text({'suite': 'x', 'run_id': 'r', 'started_at': 't', 'result': 'PASS', 'summary': '',
+                            'preflight': {'cards': line}, 'scenarios': []})
+    assert 'CARDS: ' + line in text.splitlines()
+    mixed = mod.cards_line([dict(gpus[0]), {'index': 1, 'name': 'NVIDIA H200', 'total_mib': 143771, 'free_mib': 143156}])
+    assert mixed.startswith('0: NVIDIA H100 80GB HBM3, 81559 MiB; 1: NVIDIA H200, 143771 MiB')
