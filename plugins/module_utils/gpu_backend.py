@@ -18,6 +18,7 @@ import re
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe
 
+
 class GpuBackend(object):
     """One vendor's driver, read one way. Subclasses set the class attributes and implement
     available() and read_gpus(); reading never changes the host."""
