@@ -53,8 +53,10 @@ class Action(object):
         self.details = details
 
     def as_result(self):
+        # The step code goes with the sentence (issue 32 item 3): the role and the tests read
+        # `code`, never `result`'s words.
         entry = {'step': self.what, 'target': self.target, 'result': _text(self.result),
-                 'changed': self.changed, 'at_s': self.at_s}
+                 'code': self.result.code if isinstance(self.result, say.Said) else None, 'changed': self.changed, 'at_s': self.at_s}
         if self.took_s is not None:
             entry['took_s'] = self.took_s
         entry.update(self.details)
@@ -219,6 +221,9 @@ class HostActor(object):
     """Acts on the host and says what happened."""
 
     recording = False
+    # What the surveys are to leave out as ended (RecordingActor's, in check mode): nothing here,
+    # the kernel's own answer is read.
+    ended = frozenset()
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
@@ -436,7 +441,7 @@ class RecordingActor(object):
     def __init__(self, clock=time.monotonic):
         self.clock = clock
         self.ended = set()        # (pid, start_time) a real run would have ended
-        self.termed = set()
+        self._termed = set()       # (pid, start_time) it would have sent SIGTERM
 
     @staticmethod
     def stop_unit(unit, timeout):
@@ -467,10 +472,10 @@ class RecordingActor(object):
         name = SIGNAL_NAMES.get(signum, str(signum))
         if signum == signal.SIGKILL:
             self.ended.add(key)
-            if key in self.termed:
+            if key in self._termed:
                 return say.step(gpu_lever.WOULD_KILL_AFTER_TERM, signal=name), True
         if signum == signal.SIGTERM:
-            self.termed.add(key)
+            self._termed.add(key)
         return say.step(gpu_lever.WOULD_SIGNAL, signal=name), True
 
     def alive(self, holders):

@@ -223,7 +223,7 @@ class Adoption(object):
 
     def _control_group(self, scope):
         facts, _waited = gpu_act.wait_for(lambda: _active(scope), ACTIVE_S, clock=self.clock)
-        return facts and facts[2]
+        return facts and facts.control_group
 
     def _strangers(self, group):
         members = gpu_observe.cgroup_procs(group)
@@ -287,6 +287,6 @@ class _Seen(object):
 
 
 def _active(scope):
-    """The scope's (Restart, ActiveState, ControlGroup, MainPID) once systemd reports it active."""
+    """The scope's gpu_observe.UnitFacts once systemd reports it active."""
     facts = gpu_observe.unit_restart_policy(scope)
-    return facts if facts[1] == 'active' and facts[2] else None
+    return facts if facts.active == 'active' and facts.control_group else None

@@ -34,8 +34,6 @@ _COMM_LEN = 15
 PROTECTED_UNIT_PATTERN = re.compile(
     r'^(ssh|sshd|dbus|systemd-.*|user@.*|getty@.*|serial-getty@.*|slurmd|slurmstepd|kubelet|'
     r'containerd|docker)\.service$')
-CONTAINER_INIT = say.CONTAINER_INIT
-POD_PROTECTED = say.POD_PROTECTED
 # A decision's code with the facts its sentence names (gpu_say writes it).
 Finding = collections.namedtuple('Finding', 'code facts')
 # A PID above the kernel's hard limit (4194304) or 0 comes from mismatched driver bindings.
@@ -52,14 +50,6 @@ def infrastructure_name(name, cmdline, names=INFRASTRUCTURE):
             if infra.startswith(name):
                 return infra
     return None
-
-
-def protection_reason(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
-                      units=None):
-    """Why a process must never be signalled (a sentence, gpu_say.protection), or None; see
-    protection_code."""
-    code, detail = protection_code(proc, own_tree, patterns, owner, vendor_infrastructure, vendor_units, units)
-    return say.protection(code, detail, proc.pid)
 
 
 def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=(), vendor_units=None,
@@ -86,8 +76,7 @@ def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=
         # The kubelet owns every process of a pod: signalled from under it, a pod's process is
         # restarted or its pod rescheduled; only the Kubernetes API may end it.
         return lever.POD_SHIELD, None
-    if proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1 and \
-            trust.refusal(trust.SHIELD_INIT, owner) is None:
+    if namespace_init(proc) and trust.refusal(trust.SHIELD_INIT, owner) is None:
         return lever.INIT_SHIELD, None
     infra = infrastructure_name(proc.name, proc.cmdline, INFRASTRUCTURE + tuple(vendor_infrastructure))
     if infra and trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, identity_of(proc, units, vendor_units),
@@ -99,12 +88,17 @@ def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=
     return None, None
 
 
+def namespace_init(proc):
+    """Whether a gpu_observe.ProcState is PID 1 of a PID namespace below this one (NSpid ends in 1)."""
+    return bool(proc.nspid and len(proc.nspid) > 1 and proc.nspid[-1] == 1)
+
+
 def identity_of(proc, units=None, vendor_units=None):
     """What gpu_trust needs of a gpu_observe.ProcState: its uids, its executable's owner, and
     whether systemd names it the main process of a system unit never stopped (a user's
     manager is user@UID.service's, running as the user)."""
     main_of = [unit for unit, facts in (units or {}).items()
-               if facts and len(facts) > 3 and facts[3] == proc.pid and protected_unit(unit, vendor_units)]
+               if facts and facts.main_pid == proc.pid and protected_unit(unit, vendor_units)]
     return {'uids': getattr(proc, 'uids', None), 'exe_uid': getattr(proc, 'exe_uid', None),
             'main_of_protected_unit': bool(main_of)}
 
@@ -234,12 +228,6 @@ def full_scan_code(snapshot, selected, free_threshold_mib):
     return None
 
 
-def full_scan_reason(snapshot, selected, free_threshold_mib):
-    """The sentence of full_scan_code (gpu_say.full_scan), or None. The ladder reads the code;
-    this stays for the tests that read the sentence."""
-    return say.full_scan(full_scan_code(snapshot, selected, free_threshold_mib))
-
-
 def context_gpus_of(evidence, listed, orphaned):
     """Where a process holds a context, from its evidence per GPU.
 
@@ -319,9 +307,11 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
     reason = say.protection(code, detail, proc.pid)
     unit = owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
     if unit:
-        restart, active = (units.get(unit) or (None, None))[:2]
+        facts_of_unit = units.get(unit)
+        restart, active = (facts_of_unit.restart, facts_of_unit.active) if facts_of_unit else (None, None)
     elif owner['manager'] == gpu_owner.USER_MANAGER:
-        restart, active = ((facts.get('user_units') or {}).get((owner['uid'], owner['unit'])) or (None, None))[:2]
+        facts_of_unit = (facts.get('user_units') or {}).get((owner['uid'], owner['unit']))
+        restart, active = (facts_of_unit.restart, facts_of_unit.active) if facts_of_unit else (None, None)
     else:
         restart, active = None, None
     other_ns = bool(snapshot.own_pidns and proc.pidns and proc.pidns != snapshot.own_pidns)
@@ -350,6 +340,10 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
         'other_pid_namespace': other_ns,
         'owner': owner,
         'ignores_sigterm': proc.ignores_sigterm,
+        # The kernel drops a signal whose action is the default for a PID namespace's init
+        # (SIGKILL and SIGSTOP from an ancestor namespace excepted): with no handler of its own,
+        # SIGTERM never reaches it (found on an H100: the ladder waited term_timeout for nothing).
+        'sigterm_dropped': namespace_init(proc) and not proc.handles_sigterm and not proc.ignores_sigterm,
         'tracer_pid': proc.tracer_pid,
         'tracer_name': tracer_name if proc.tracer_pid else None,
         'protected': reason is not None,
@@ -525,14 +519,6 @@ def findings(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
     return found
 
 
-def diagnose(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
-    """Plain sentences for everything an operator could not see in a process list: findings,
-    written by gpu_say.diagnosis (`blind_sentence`, gpu_access's, first). The Surveyor calls
-    those two; this stays for the tests that read the sentences."""
-    return say.diagnosis(findings(snapshot, holders, unconfirmed, rows, spared_pids, bool(blind_sentence)),
-                         blind_sentence)
-
-
 def holder_matches(holder, match_patterns):
     return lever.matches(holder, match_patterns)
 
@@ -553,7 +539,7 @@ def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), pee
             continue
         code = skip_code(holder, match_patterns)
         if code:
-            left.append(dict(holder, reason=skip_sentence(holder, code), reason_code=code))
+            left.append(dict(holder, reason=say.skip(holder, code), reason_code=code))
         else:
             targets.append(holder)
     return targets, left
@@ -565,10 +551,6 @@ INIT, PROTECTED, ZOMBIE, UNMATCHED = lever.INIT, lever.PROTECTED, lever.ZOMBIE, 
 SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = lever.SURVIVED, lever.PEER_MEMORY, lever.DEVICE_OPEN, lever.RESPAWNS
 
 skip_code = lever.skip_code
-skip_sentence = say.skip
-respawn_message = say.respawn_message
-next_lever = say.next_lever
-failure_message = say.failure_message
 is_container_init = lever.is_container_init
 container_restarts = lever.restart_policy
 runtime_unreachable = lever.runtime_unreachable
@@ -606,23 +588,14 @@ def supervised_to_stop(holders, selected, match_patterns):
 
 def sigterm_futile_code(holder):
     """Why SIGTERM cannot end this holder, so SIGKILL follows at once (gpu_lever.SIGTERM_IGNORED,
-    TRACED_STOPPED), or None."""
+    SIGTERM_DROPPED, TRACED_STOPPED), or None."""
     if holder['ignores_sigterm']:
         return lever.SIGTERM_IGNORED
+    if holder['sigterm_dropped']:
+        return lever.SIGTERM_DROPPED
     if holder['state'] == 'tracing-stop':
         return lever.TRACED_STOPPED
     return None
-
-
-def sigterm_futile(holder):
-    """The sentence of sigterm_futile_code (gpu_say.sigterm_futile), or None."""
-    return say.sigterm_futile(holder, sigterm_futile_code(holder))
-
-
-def respawner_lever(parent, match_patterns, holds_gpu):
-    """The sentence of gpu_lever.respawner_lever's refusal, or None when the respawner may be
-    made the target (the ladder reads the code; this stays for callers of the sentence)."""
-    return say.respawner_refusal(parent, lever.respawner_lever(parent, match_patterns, holds_gpu).refusal)
 
 
 def units_to_stop(targets, protected_units, vendor_units=None):
@@ -655,10 +628,3 @@ def stoppable_container(holder):
     if chosen.refusal in (None, lever.PROTECTED, lever.UNMATCHED) and chosen.argv:
         return chosen.owner
     return None
-
-
-def owner_lever(holder):
-    """The lever that the holder's owner (a pod, a container, a guest) calls for, as a clause
-    (gpu_lever.by_hand, gpu_say.owner_clause); None when it calls for nothing beyond the
-    signal ladder."""
-    return say.owner_clause(holder, lever.by_hand(holder))

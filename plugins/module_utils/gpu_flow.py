@@ -320,11 +320,11 @@ class Surveyor(object):
         gpu_observe.ProcError."""
         peeked = self.peek(pid)
         proc = observe.describe_process(pid, self.proc)
-        reason = decide.protection_reason(proc, self.own_ancestors, self.protect,
-                                          vendor_infrastructure=self.backend.infrastructure)
-        if reason == decide.CONTAINER_INIT:
+        code, _detail = decide.protection_code(proc, self.own_ancestors, self.protect,
+                                               vendor_infrastructure=self.backend.infrastructure)
+        if code == lever.INIT_SHIELD:
             return peeked._replace(protected=respawn.NAMESPACE_INIT)
-        return peeked._replace(protected=reason is not None)
+        return peeked._replace(protected=code is not None)
 
     def init_respawns(self):
         """Whether PID 1 is no systemd manager, so may restart what the ladder ends as a loop does
@@ -395,7 +395,7 @@ def supervise_owners(holders, units, timeout, surveyor, proc='/proc'):
         system = owner['kind'] == gpu_owner.SERVICE and owner['manager'] == gpu_owner.SYSTEM_MANAGER \
             and owner['confirmed'] and owner['controlled_by'] == gpu_owner.ROOT
         facts = units.get(owner['unit']) if system else None
-        main_pid = facts[3] if facts and len(facts) > 3 else None
+        main_pid = facts.main_pid if facts else None
         if main_pid and owner['unit'] not in checked:
             checked.add(owner['unit'])
             if supervisors.daemon_row(observe.supervisor_chain(main_pid, proc, depth=0, links=links), main_pid):
@@ -530,7 +530,7 @@ class Ladder(object):
         every process read.
         """
         survey = self.surveyor.survey(full=full or self.peers)
-        return self._claimed(self.surveyor.without(survey, getattr(self.actor, 'ended', None)))
+        return self._claimed(self.surveyor.without(survey, self.actor.ended))
 
     def _claimed(self, survey):
         """The survey, with every selected GPU that a holder of a guest unit seen restarting has
@@ -717,7 +717,7 @@ class Ladder(object):
             if changed:
                 self.ended_gpus.update(g for h in holders for g in h['gpus'])
             if error:
-                getattr(self.surveyor, 'supervisor_errors', {})[chosen.key] = error
+                self.surveyor.supervisor_errors[chosen.key] = error
             action = act.Action('stop_supervised', supervisors.describe(owner), result, changed,
                                 runtime=owner['runtime'], program=owner['name'], unit=owner['unit'],
                                 command=supervisors.manual(owner))
@@ -873,7 +873,7 @@ class Ladder(object):
         if self.stop_units:
             # A supervisor's unit is never stopped whole (it ends every program it runs): a holder
             # left in it outside the supervisor (an orphan of a stopped program) is signalled.
-            protected_units = set(protected_units) | set(getattr(self.surveyor, 'supervisor_units', ()))
+            protected_units = set(protected_units) | set(self.surveyor.supervisor_units)
             # A user's own service goes through her own manager, run as her: it can stop
             # nothing she could not stop herself. System units first, then users' units.
             levers = self._plan_units(targets, protected_units)
@@ -1093,8 +1093,8 @@ class Ladder(object):
             'diagnosis': last.diagnosis,
         })
         if not result['free'] and not self.actor.recording:
-            result['msg'] = decide.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
-                                                   self.watch.respawners, say.blind(self.surveyor.access))
+            result['msg'] = say.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
+                                                self.watch.respawners, say.blind(self.surveyor.access))
         return result
 
 

@@ -15,26 +15,11 @@ __metaclass__ = type
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 
-# Codes, worst first: `code` is the first that applies, `facts.problems` lists every one.
-LOST = 'lost'                          # NVML: GPU is lost (fell off the bus)
-RECOVERY_ACTION = 'recovery_action'    # the driver's own field prescribes an action
-ROW_REMAP_FAILED = 'row_remap_failed'  # a row could not be remapped: no spare rows left
-CRITICAL_XID = 'critical_xid'          # a critical Xid since the last good start
-ROW_REMAP_PENDING = 'row_remap_pending'  # a remap waits for the next GPU reset
-ECC_UNCORRECTED = 'ecc_uncorrected'    # volatile uncorrectable ECC errors since the driver loaded
-RETIRED_PENDING = 'retired_pages_pending'  # pre-Ampere: pages wait to be retired at reset
-UNREAD = 'unread'                      # nothing wrong was read, but a read failed or hung
-HEALTHY = 'healthy'
-PROBLEMS = (LOST, RECOVERY_ACTION, ROW_REMAP_FAILED, CRITICAL_XID, ROW_REMAP_PENDING,
-            ECC_UNCORRECTED, RETIRED_PENDING)
-
-# Levers, heaviest first: the verdict's lever is the heaviest any problem asks for.
-SERVICE = 'service'          # take it out of service: field diagnostics, RMA when they fail
-REBOOT = 'reboot'            # reboot the node
-DRAIN_RESET = 'drain_reset'  # drain the node's GPU work, then reset the GPU
-DRAIN_P2P = 'drain_p2p'      # stop the work using peer-to-peer (NVLink) with it, then go on
-RESET = 'reset'              # reset the GPU once nothing holds it
-LEVERS = (SERVICE, REBOOT, DRAIN_RESET, DRAIN_P2P, RESET)
+# The codes and levers (worst first, heaviest first) live in gpu_health_codes; gpu_health names them too.
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_health_codes import (  # noqa: F401 pylint: disable=unused-import
+    LOST, RECOVERY_ACTION, ROW_REMAP_FAILED, CRITICAL_XID, ROW_REMAP_PENDING, ECC_UNCORRECTED,
+    RETIRED_PENDING, UNREAD, HEALTHY, PROBLEMS, SERVICE, REBOOT, DRAIN_RESET, DRAIN_P2P, RESET,
+    LEVERS)
 
 # nvmlGpuRecoveryAction_t (nvml.h, driver 580; nvidia-ml-py 13.580 NVML_GPU_RECOVERY_ACTION_*).
 RECOVERY_LEVERS = {1: RESET, 2: REBOOT, 3: DRAIN_P2P, 4: DRAIN_RESET, 5: RESET}

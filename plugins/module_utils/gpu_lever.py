@@ -48,6 +48,7 @@ WATCH_CONTAINER = 'restart_policy'  # the runtime's restart policy (stopping the
 WATCH_GUEST = 'guest_systemd'      # a guest's own systemd (the GPUs polled after the kill)
 WATCH_PARENT = 'parent'            # a live ancestor (gpu_respawn.Watch, the settle window)
 WATCH_SUPERVISOR = 'supervisor_status'  # the supervisor's status, read down and staying down
+WATCHES = (WATCH_UNIT, WATCH_CONTAINER, WATCH_GUEST, WATCH_PARENT, WATCH_SUPERVISOR)
 
 # Why not (Lever.refusal), beside gpu_trust.REFUSALS's codes.
 OPTION_OFF = 'option_off'          # the option allowing this lever is false (stop_units, ...)
@@ -68,6 +69,7 @@ GUEST_RESTARTS = 'guest_restarts'          # a guest's own systemd was seen brin
 LEFT = 'left'                              # left by the ladder (its `reason` says why)
 # Why SIGTERM cannot end a holder, so SIGKILL follows at once (gpu_decide.sigterm_futile_code).
 SIGTERM_IGNORED = 'sigterm_ignored'        # its SigIgn mask holds SIGTERM
+SIGTERM_DROPPED = 'sigterm_dropped'        # PID 1 of its PID namespace, no handler: the kernel drops it
 TRACED_STOPPED = 'traced_stopped'          # stopped by its tracer: it acts on SIGKILL alone
 
 # What the diagnosis names that a process list does not show (gpu_decide.findings: each a
@@ -146,31 +148,38 @@ STEPS = (SENT, GONE, REUSED) + SIGNAL_REFUSALS + (
     ALIVE_AFTER_KILL_STEP)
 
 # Why a process is not adopted into a scope (gpu_adopt.refusal; gpu_say.not_adopted).
+# A value shared with another group is that group's very code, of the same meaning (issue 32
+# item 4: one meaning per value; test_gpu_lever checks that no other value is named twice).
 ADOPT_NEVER = 'never'      # PID 0 or 1, or this module's own tree
-ADOPT_GONE = 'gone'        # exited before adoption
-ADOPT_REUSED = 'reused'    # its PID is another process's now (start time changed)
-ADOPT_KTHREAD = 'kthread'  # a kernel thread
+ADOPT_GONE = GONE          # exited before adoption
+ADOPT_REUSED = REUSED      # its PID is another process's now (start time changed)
+ADOPT_KTHREAD = 'kthread'  # a kernel thread (the protection code KTHREAD below)
 ADOPT_OWNED = 'owned'      # a unit, container, pod, guest or user's cgroup owns it
+ADOPT_REFUSALS = (ADOPT_NEVER, ADOPT_GONE, ADOPT_REUSED, ADOPT_KTHREAD, ADOPT_OWNED)
 # Why an adoption stopped (gpu_adopt.Adoption's `error_code`; gpu_say.adopt_error writes `error`).
-ADOPT_NO_START_TIME = 'no_start_time'   # a root recorded without its start time: nothing done
+ADOPT_NO_START_TIME = NO_START_TIME     # a root recorded without its start time: nothing done
 ADOPT_SCOPE_REFUSED = 'scope_refused'   # systemd refused the transient scope
 ADOPT_NO_CGROUP = 'no_cgroup'           # the scope's control group could not be read to verify
 ADOPT_STRANGERS = 'strangers'           # the scope holds a PID this run did not plan
-ADOPT_STOP_FAILED = 'stop_failed'       # the scope's stop failed
+ADOPT_STOP_FAILED = STOP_FAILED         # the scope's stop failed
+ADOPT_ERRORS = (ADOPT_NO_START_TIME, ADOPT_SCOPE_REFUSED, ADOPT_NO_CGROUP, ADOPT_STRANGERS, ADOPT_STOP_FAILED)
 
 # Why an owner calls for a lever a person pulls (Lever.why; gpu_say.owner_clause).
-POD_OWNS = 'pod'                   # the kubelet owns it
-CONTAINER_INIT = 'container_init'  # the init of a container its runtime stops
-RESTART_POLICY = 'restart_policy'  # a container whose policy restarts it
+POD_OWNS = 'kubelet_owns'          # the kubelet owns it
+CONTAINER_INIT = 'runtime_init'    # the init of a container its runtime stops
+RESTART_POLICY = 'policy_restarts'  # a container whose policy restarts it
 GUEST_INIT = 'guest_init'          # the init of a guest
 UNREACHABLE_INIT = 'unreachable_init'   # the init of a container no runtime here reaches
 GUEST_UNIT = 'guest_unit'          # a service of a guest's own systemd
 SUPERVISED = 'supervised'          # a program of a process supervisor (gpu_supervisor)
 RUNTIME_UNREACHABLE = 'runtime_unreachable'   # a container whose runtime's CLI gave no answer
+WHY_BY_HAND = (POD_OWNS, CONTAINER_INIT, RESTART_POLICY, GUEST_INIT, UNREACHABLE_INIT, GUEST_UNIT, SUPERVISED,
+               RUNTIME_UNREACHABLE)
 
 # Protection (gpu_decide.protection_code; the holder's `protected_code`).
 PID_INIT, KTHREAD, OWN_TREE = 'pid_init', 'kthread', 'own_tree'
 POD_SHIELD, INIT_SHIELD, INFRASTRUCTURE, PATTERN = 'pod', 'container_init', 'infrastructure', 'pattern'
+PROTECTIONS = (PID_INIT, KTHREAD, OWN_TREE, POD_SHIELD, INIT_SHIELD, INFRASTRUCTURE, PATTERN)
 
 Lever = collections.namedtuple('Lever', 'kind key owner argv refusal watch why')
 

@@ -27,7 +27,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe, gpu_owner, gpu_trust
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever, gpu_observe, gpu_owner, gpu_trust
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # Why a listener is the unit's (codes), or why not.
@@ -56,7 +56,7 @@ def unit_container(runtime, container_id, unified, timeout=10):
     init runs in another cgroup)."""
     owner = gpu_owner.new_owner(gpu_owner.CONTAINER, runtime=runtime, id=container_id)
     details = gpu_observe.runtime_details(owner, timeout=timeout)
-    argv = ' '.join(gpu_owner.runtime_argv(runtime, 'inspect', owner) or [runtime])
+    argv = ' '.join(gpu_lever.runtime_argv(runtime, 'inspect', owner) or [runtime])
     if not details or details.get('cli_error'):
         return {'id': container_id,
                 'error': '`%s` gave nothing (no such container, or the CLI missing, failing or not answering '
@@ -86,7 +86,7 @@ def listeners(port, host, unit=None, container=None, proc='/proc', timeout=10):
     container, or None. `listening` with no owners: a socket this host cannot tie to a process
     it sees (another PID namespace, or /proc/PID/fd it may not read: see `unreadable`)."""
     inodes = gpu_observe.tcp_listeners(port, host, proc)
-    group = gpu_observe.unit_restart_policy(unit, timeout)[2] if unit else None
+    group = gpu_observe.unit_restart_policy(unit, timeout).control_group if unit else None
     unified = gpu_observe.unified_cgroup()
     own = unit_container(container[0], container[1], unified, timeout) if container else None
     procs, unreadable = gpu_observe.scan_processes(sorted(inodes), proc=proc) if inodes else ({}, [])

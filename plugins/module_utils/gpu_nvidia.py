@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """NVIDIA's GPU backends: everything the collection knows about NVIDIA in one file.
 
-Two implementations of gpu_vendor.GpuBackend share the NVIDIA knowledge (device nodes,
+Two implementations of gpu_backend.GpuBackend share the NVIDIA knowledge (device nodes,
 infrastructure, reset) and differ only in how they read the GPUs: NVML through nvidia-ml-py,
 or the nvidia-smi command where the Python bindings are not installed.
 """
@@ -21,7 +21,7 @@ import time
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
     GpuState, NvmlTimeout, ObserveError, bounded, which)
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_vendor import GpuBackend
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_backend import GpuBackend
 
 try:
     import pynvml

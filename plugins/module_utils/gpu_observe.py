@@ -27,7 +27,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as s
 
 _KTHREAD_FLAG = 0x00200000  # PF_KTHREAD in /proc/PID/stat field 9
 FORKNOEXEC_FLAG = 0x00000040  # PF_FORKNOEXEC: forked and not (yet) exec'd; cleared by execve
-_SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn
+_SIGTERM_BIT = 1 << (15 - 1)  # SIGTERM's bit in /proc/PID/status SigIgn and SigCgt
 
 STATE_NAMES = {
     'R': 'running', 'S': 'sleeping', 'D': 'disk-sleep', 'Z': 'zombie', 'T': 'stopped',
@@ -162,7 +162,7 @@ class ProcState(object):
 
     __slots__ = ('pid', 'start_time', 'name', 'cmdline', 'uid', 'user', 'state', 'ppid', 'wchan',
                  'cgroup', 'pidns', 'nspid', 'kthread', 'ignores_sigterm', 'tracer_pid', 'dev_fds',
-                 'dev_maps', 'unreadable', 'uids', 'exe_uid', 'cgroup_uids')
+                 'dev_maps', 'unreadable', 'uids', 'exe_uid', 'cgroup_uids', 'handles_sigterm')
 
     def __init__(self, pid):
         self.pid = pid
@@ -179,6 +179,7 @@ class ProcState(object):
         self.nspid = None
         self.kthread = False
         self.ignores_sigterm = False
+        self.handles_sigterm = False    # SigCgt holds SIGTERM: a handler of its own (issue 32 item 7)
         self.tracer_pid = None
         self.dev_fds = set()
         self.dev_maps = set()
@@ -365,10 +366,10 @@ def maps_device_paths(raw, node_paths):
 
 
 def _status_fields(raw):
-    """(uids, nspid, ignores_sigterm, tracer_pid or None) from /proc/PID/status text; uids are
-    (real, effective, saved, filesystem)."""
+    """(uids, nspid, ignores_sigterm, tracer_pid or None, handles_sigterm) from /proc/PID/status
+    text; uids are (real, effective, saved, filesystem)."""
     uids = nspid = tracer = None
-    ignores_sigterm = False
+    ignores_sigterm = handles_sigterm = False
     for line in raw.decode('utf-8', 'replace').splitlines():
         if line.startswith('Uid:'):
             uids = tuple(int(x) for x in line.split()[1:5])
@@ -376,9 +377,11 @@ def _status_fields(raw):
             nspid = [int(x) for x in line.split()[1:]]
         elif line.startswith('SigIgn:'):
             ignores_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
+        elif line.startswith('SigCgt:'):
+            handles_sigterm = bool(int(line.split()[1], 16) & _SIGTERM_BIT)
         elif line.startswith('TracerPid:'):
             tracer = int(line.split()[1]) or None
-    return uids, nspid, ignores_sigterm, tracer
+    return uids, nspid, ignores_sigterm, tracer, handles_sigterm
 
 
 def _fill_details(info, proc):
@@ -405,7 +408,7 @@ def _fill_details(info, proc):
     info.cmdline = cmdline or ''
     status = optional('status', _status_fields)
     if status:
-        info.uids, info.nspid, info.ignores_sigterm, info.tracer_pid = status
+        info.uids, info.nspid, info.ignores_sigterm, info.tracer_pid, info.handles_sigterm = status
         info.uid = info.uids[0] if info.uids else None
     try:
         # stat follows the link to the executable itself: who owns the file that runs.
@@ -662,7 +665,11 @@ def ancestors(pid, proc='/proc'):
 
 
 _UNIT_PROPERTIES = ['-p', 'Restart', '-p', 'ActiveState', '-p', 'ControlGroup', '-p', 'MainPID']
-NO_UNIT = (None, None, None, None)
+# What a manager says of a unit (systemctl show): Restart=, ActiveState, ControlGroup and MainPID
+# (None where not given; issue 32 item 4: a named record, not positions).
+UnitFacts = collections.namedtuple('UnitFacts', 'restart active control_group main_pid')
+UnitFacts.__new__.__defaults__ = (None, None, None, None)
+NO_UNIT = UnitFacts()
 
 
 def _unit_facts(argv, timeout, **as_user):
@@ -673,12 +680,12 @@ def _unit_facts(argv, timeout, **as_user):
         return NO_UNIT
     values = dict(line.split('=', 1) for line in out.stdout.splitlines() if '=' in line)
     main = values.get('MainPID', '')
-    return (values.get('Restart'), values.get('ActiveState'), values.get('ControlGroup') or None,
-            int(main) if main.isdigit() and int(main) > 0 else None)
+    return UnitFacts(values.get('Restart'), values.get('ActiveState'), values.get('ControlGroup') or None,
+                     int(main) if main.isdigit() and int(main) > 0 else None)
 
 
 def unit_restart_policy(unit, timeout=10):
-    """(Restart=, ActiveState, ControlGroup, MainPID or None) of a system unit, or Nones where
+    """UnitFacts (Restart=, ActiveState, ControlGroup, MainPID or None) of a system unit, or Nones where
     systemd is not running. A name systemd's grammar refuses (a glob) is never passed to
     systemctl."""
     if not gpu_owner.valid_unit_name(unit) or not os.path.isdir('/run/systemd/system') \
@@ -710,7 +717,7 @@ def user_manager_call(uid):
 
 
 def user_unit_facts(uid, unit, timeout=10):
-    """(Restart=, ActiveState, ControlGroup, MainPID) of a unit of user `uid`'s own manager,
+    """UnitFacts (Restart=, ActiveState, ControlGroup, MainPID) of a unit of user `uid`'s own manager,
     asked as that user; Nones when her manager does not run or the name fails systemd's grammar."""
     call = user_manager_call(uid) if gpu_owner.valid_unit_name(unit) and uid else None
     if call is None:
@@ -754,9 +761,9 @@ def runtime_details(owner, timeout=10):
 
 
 def take_snapshot(backend, nvml_timeout, proc='/proc', deep=False, listed_only=False, deep_when=None):
-    """One observation of the GPUs (through `backend`, a gpu_vendor.GpuBackend) and of every
+    """One observation of the GPUs (through `backend`, a gpu_backend.GpuBackend) and of every
     process that holds them; with `listed_only`, of the processes the driver lists only
-    (gpu_decide.full_scan_reason says when that is enough). `deep_when(gpus)`, asked once the
+    (gpu_decide.full_scan_code says when that is enough). `deep_when(gpus)`, asked once the
     driver has answered, makes the scan deep from the start (one pass over /proc) when the
     driver's numbers already show memory that no listed process is charged with."""
     started = time.time()

@@ -357,21 +357,6 @@ def owner_from_cgroup(text, dir_uids=None):
 # The runtimes' CLIs: argv from the table, and their output read into named fields
 # ---------------------------------------------------------------------------------------------
 
-def runtime_argv(runtime, action, owner, grace=None):
-    """The argv for `action` ('inspect' or 'stop') of `owner` through its runtime's row of
-    gpu_lever.RUNTIMES, or None when the runtime has no such command."""
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
-    return gpu_lever.runtime_argv(runtime, action, owner, grace)
-
-
-def __getattr__(name):
-    """RUNTIMES, the runtimes' rows, live in gpu_lever's table (one table of owners and levers)."""
-    if name == 'RUNTIMES':
-        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
-        return gpu_lever.RUNTIMES
-    raise AttributeError(name)
-
-
 def parse_inspect(style, text):
     """Details from a runtime's inspect output: name, restart_policy and, for a container of a
     Kubernetes pod, pod {namespace, name, uid}. Empty dict when the output is not understood."""
@@ -435,8 +420,11 @@ def describe(owner):
     Names that users or runtimes chose are escaped (gpu_text.escape_text)."""
     kind = owner['kind']
     if kind == SUPERVISOR:
-        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor
-        return gpu_supervisor.describe(owner)
+        # 'supervisord program worker (supervisor PID 40, supervisor.service)'
+        sup = owner.get('supervisor') or {}
+        what = escape_text(owner.get('name')) or 'with PID %s' % sup.get('program_pid')
+        unit = ', %s' % escape_text(owner['unit']) if owner.get('unit') else ''
+        return '%s program %s (supervisor PID %s%s)' % (owner.get('runtime'), what, sup.get('pid'), unit)
     short = escape_text((owner['id'] or '')[:12])
     name = escape_text(owner['name'])
     if kind == POD:

@@ -188,8 +188,7 @@ class Watch(object):
         """Whether PID 1 is watched: the reader's init_respawns() says it is no systemd manager (a
         loop as the init of the guest or container this runs in). Asked once per Watch."""
         if self.init_respawns is None:
-            ask = getattr(self.reader, 'init_respawns', None)
-            self.init_respawns = bool(ask and ask())
+            self.init_respawns = bool(self.reader.init_respawns())
         return self.init_respawns
 
     def _watch_init(self, chain, ended_pid):

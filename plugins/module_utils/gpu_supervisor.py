@@ -373,11 +373,9 @@ def running_pid(runtime, entries, program_id):
 # --- the lever's facts (gpu_say writes its sentences) --------------------------------------------
 
 def describe(owner):
-    """'supervisord program worker (supervisor PID 40, supervisor.service)'."""
-    sup = owner.get('supervisor') or {}
-    what = escape_text(owner.get('name')) or 'with PID %s' % sup.get('program_pid')
-    unit = ', %s' % escape_text(owner['unit']) if owner.get('unit') else ''
-    return '%s program %s (supervisor PID %s%s)' % (owner.get('runtime'), what, sup.get('pid'), unit)
+    """'supervisord program worker (supervisor PID 40, supervisor.service)' (gpu_owner.describe's
+    phrase for a supervisor owner)."""
+    return gpu_owner.describe(owner)
 
 
 def stoppable(owner):
@@ -389,13 +387,6 @@ def stoppable(owner):
 def skip_code(owner):
     """The reason code for a supervised holder the signal ladder leaves to its supervisor."""
     return (owner.get('cli_error') or {}).get('code') or LEVER_OFF
-
-
-def lever(owner):
-    """The clause for a supervised holder that is still there: gpu_say.supervised writes it from
-    this owner's codes (kept for callers of this name)."""
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say
-    return gpu_say.supervised(owner)
 
 
 def key(owner):

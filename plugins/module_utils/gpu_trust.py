@@ -82,7 +82,7 @@ def confirm(owner, units=None, user_units=None, runtimes=None):
         facts = (units or {}).get(unit)
     else:
         facts = (user_units or {}).get((owner.get('uid'), unit))
-    control_group = facts[2] if facts and len(facts) > 2 else None
+    control_group = facts.control_group if facts else None
     return bool(control_group) and control_group == owned_cgroup(owner, unit)
 
 

@@ -392,6 +392,11 @@ holders:
       description: "Its signal mask ignores SIGTERM (SigIgn), so only SIGKILL ends it."
       type: bool
       returned: success
+    sigterm_dropped:
+      description: "It is PID 1 of its own PID namespace and has no SIGTERM handler (SigCgt): the
+        kernel drops a SIGTERM sent to it, so only SIGKILL ends it."
+      type: bool
+      returned: success
     tracer_pid:
       description: "The PID tracing it (TracerPid, a debugger or strace), or null."
       type: int

@@ -29,8 +29,9 @@ description:
     by themselves (see M(gpuops.reclaim.gpu_holders)).
   - 2. sends SIGTERM (and SIGCONT right after it to a stopped holder, as systemd does) and waits
     up to O(term_timeout), returning as soon as they are gone; a process whose signal mask
-    ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)), or that a tracer holds stopped, gets
-    SIGKILL right away, since waiting for it frees nothing;
+    ignores SIGTERM (C(SigIgn) in C(/proc/PID/status)), that is PID 1 of its own PID namespace
+    with no SIGTERM handler (C(SigCgt); the kernel drops the signal), or that a tracer holds
+    stopped, gets SIGKILL right away, since waiting for it frees nothing;
   - 3. sends SIGKILL to the survivors;
   - 4. rescans up to O(passes) times for holders that appeared or were left (respawns, forked
     children holding an inherited context, orphans) and treats them the same. Before it calls
@@ -275,10 +276,26 @@ actions:
     result:
       description:
         - "What happened, e.g. C(exited after SIGTERM in 0.12 s), C(still running 30.00 s after SIGTERM),
-          C(sent; ignored (SigIgn\\): SIGKILL at once), C(gone) (exited before), C(reused) (the PID is
+          C(sent; ignored (SigIgn\\): SIGKILL at once), C(sent; dropped by the kernel (PID 1 of its PID
+          namespace, no SIGTERM handler\\): SIGKILL at once), C(gone) (exited before), C(reused) (the PID is
           another process now, not signalled), C(refused: ...), C(stopped in 0.84 s), C(ok),
           C(failed (rc=N\\): ...), C(memory back after 0.40 s)."
         - "In check mode C(would send SIGTERM), C(would stop it ...), C(would run ...)."
+      type: str
+      returned: always
+    code:
+      description:
+        - "The code C(result) was written from: read it, never C(result)'s words. A signal's V(sent),
+          V(gone), V(reused) or refusal (V(pid_never), V(pid_protected), V(no_start_time),
+          V(not_permitted)); what a signalled holder did (V(exited), V(still_running),
+          V(sent_futile): SIGKILL at once, V(alive_after_kill_step)); an owner's stop
+          (V(unit_stopped), V(unit_stopping), V(stop_failed), V(manager_not_running), V(no_stop),
+          V(container_stopped), V(supervised_stopped)); a command's V(command_ok) or
+          V(command_failed); the ladder's own steps (V(rescan_found), V(respawner_target),
+          V(respawner_refused), V(settle_bound), V(settle_none_alive), V(guest_not_back),
+          V(guest_back), V(not_waited), V(memory_back), V(memory_held), V(reset_skipped)); in check
+          mode V(would_stop_unit), V(would_stop_container), V(would_stop_supervised),
+          V(would_signal), V(would_kill_after_term), V(would_run), V(would_wait)."
       type: str
       returned: always
     changed:

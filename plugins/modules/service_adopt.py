@@ -155,8 +155,10 @@ left:
 actions:
   description:
     - Each step in M(gpuops.reclaim.gpu_reclaim)'s action shape - C(step) (V(start_scope),
-      V(adopt_sigkill), V(stop_scope)), C(target), C(result), C(changed), C(at_s) (seconds since the module
-      started) and, for the scope's steps, C(took_s).
+      V(adopt_sigkill), V(stop_scope)), C(target), C(result), C(code) (the code C(result) was written
+      from, e.g. V(scope_started), V(sent), V(unit_stopped), V(stop_failed); null where an actor answered in
+      plain text), C(changed), C(at_s) (seconds since the module started) and, for the scope's steps,
+      C(took_s).
   returned: always
   type: list
   elements: dict

@@ -115,15 +115,15 @@ def test_container_init_holding_a_gpu_is_stopped_through_podman_and_stays_down(l
     restarts_before = container_state(lab, pnode)[1]
 
     plan = reclaim(lab, pnode, check_mode=True, gpus=["3"])
-    assert [(a["step"], a["container"], a["result"].split(" ")[0]) for a in steps(plan, "stop_container")] == [
-        ("stop_container", cid, "would")], plan["actions"]
+    assert [(a["step"], a["container"], a["code"]) for a in steps(plan, "stop_container")] == [
+        ("stop_container", cid, "would_stop_container")], plan["actions"]
     assert container_state(lab, pnode)[0] == "running", "check mode stopped the container"
 
     result = reclaim(lab, pnode, gpus=["3"])
 
     assert not result.get("failed"), result.get("msg", result)
     stops = steps(result, "stop_container")
-    assert [(a["container"], a["runtime"], a["result"]) for a in stops] == [(cid, "podman", "stopped")]
+    assert [(a["container"], a["runtime"], a["code"]) for a in stops] == [(cid, "podman", "container_stopped")]
     assert not steps(result, "sigterm") and not steps(result, "sigkill"), "the init is never signalled"
     assert result["free"] is True
     # Stays down: the restart policy does not apply to a container stopped through its runtime,

@@ -165,8 +165,8 @@ def test_restart_always_container_is_stopped_through_docker_never_removed_and_st
     result = reclaim(lab, node, gpus=["3"])
 
     assert not result.get("failed"), result.get("msg", result)
-    assert [(a["container"], a["runtime"], a["result"]) for a in steps(result, "stop_container")] == [
-        (cid, "docker", "stopped")], result["actions"]
+    assert [(a["container"], a["runtime"], a["code"]) for a in steps(result, "stop_container")] == [
+        (cid, "docker", "container_stopped")], result["actions"]
     assert not steps(result, "sigterm") and not steps(result, "sigkill"), "stopped through docker, not signalled"
     assert result["free"] is True
     assert not sc.alive(lab, node, pid, start)

@@ -118,7 +118,7 @@ def test_a_guests_systemd_restarting_what_the_host_killed_is_detected_and_explai
     killed = [a for a in result["actions"] if a.get("pid") == outer and a["changed"]]
     assert killed, result["actions"]
     watch = [a for a in result["actions"] if a["step"] == "watch_respawn"]
-    assert watch and watch[0]["result"].startswith("came back"), result["actions"]
+    assert watch and watch[0]["code"] == "guest_back", result["actions"]
     assert "%s.service inside it" % RESPAWN_UNIT in result["msg"]
     assert "systemctl" in result["msg"] and "stop %s.service" % RESPAWN_UNIT in result["msg"], result["msg"]
     assert not stopped_on_the_host(result), "the host never stops a guest's unit"

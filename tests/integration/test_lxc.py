@@ -84,7 +84,7 @@ def test_a_restarting_guest_unit_is_named_with_the_command_that_stops_it(lab, gn
 
     assert result.get("failed") is True and result["free"] is False
     watched = [a for a in result["actions"] if a["step"] == "watch_respawn"]
-    assert watched and watched[0]["result"].startswith("came back"), result["actions"]
+    assert watched and watched[0]["code"] == "guest_back", result["actions"]
     commands = re.findall(r"`(lxc-attach -n \S+ -- systemctl stop \S+)`", result["msg"])
     assert commands == ["lxc-attach -n %s -- systemctl stop %s" % (GUEST, UNIT)], result["msg"]
     assert lab.exec(gnode, in_guest("systemctl is-active %s" % UNIT)).stdout.strip() == "active"
@@ -141,7 +141,7 @@ def test_the_memory_of_a_restarting_guest_unit_is_not_waited_for(lab, gnode):
     result = lab.module(gnode, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["7"]))
 
     assert result.get("failed") is True
-    assert [a["result"] for a in result["actions"] if a["step"] == "watch_respawn"][0].startswith("came back")
+    assert [a["code"] for a in result["actions"] if a["step"] == "watch_respawn"][0] == "guest_back"
     waits = [a for a in result["actions"] if a["step"] == "wait_release"]
     assert waits and all(a["waited_s"] == 0 for a in waits), waits
     # Said at once, with the command that stops the unit.

@@ -145,7 +145,7 @@ def test_a_restarting_unit_of_guest_129_is_named_with_pct_exec_and_not_waited_fo
     result = lab.module(ct, "gpuops.reclaim.gpu_reclaim", dict(FAST, gpus=["6"]))
 
     assert result.get("failed") is True and result["free"] is False
-    assert [a["result"] for a in result["actions"] if a["step"] == "watch_respawn"][0].startswith("came back")
+    assert [a["code"] for a in result["actions"] if a["step"] == "watch_respawn"][0] == "guest_back"
     waits = [a for a in result["actions"] if a["step"] == "wait_release"]
     assert waits and all(a["waited_s"] == 0 for a in waits), waits
     command = "pct exec %s -- systemctl stop %s" % (VMID, UNIT)

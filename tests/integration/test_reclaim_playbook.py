@@ -94,7 +94,7 @@ def test_check_mode_reports_every_host_and_changes_nothing(two_nodes):
     held = {g["index"]: g for g in summary["hosts"][second]["gpus_before"]}
     assert held[3]["free"] is False and orphan["pid"] in held[3]["holders"], held
     assert [a["step"] for a in summary["hosts"][second]["actions"]] and all(
-        a["result"].startswith("would ") for a in summary["hosts"][second]["actions"] if a["changed"]), \
+        a["code"].startswith("would_") for a in summary["hosts"][second]["actions"] if a["changed"]), \
         summary["hosts"][second]
     assert sc.alive(lab, second, orphan["pid"], orphan["start_time"]), "check mode signalled the orphan"
 

@@ -66,7 +66,9 @@ def test_gpu_reclaim_payload_has_every_module_util():
     # (all but those of the inference_service role's modules, gpu_adopt and gpu_listen, and run_metrics')
     every = set(f for f in os.listdir(os.path.join(REPO, 'plugins', 'module_utils')) if f.endswith('.py'))
     assert {'gpu_patterns.py', 'gpu_lock.py', 'gpu_nvidia.py'} <= every
-    assert payload_module_utils('gpu_reclaim') == every - ROLE_MODULE_UTILS - METRICS_MODULE_UTILS
+    # gpu_health's verdict is gpu_holders' alone: gpu_reclaim carries its codes (gpu_health_codes,
+    # for gpu_say) since gpu_say no longer imports gpu_health (issue 32 item 5: no import cycle).
+    assert payload_module_utils('gpu_reclaim') == every - ROLE_MODULE_UTILS - METRICS_MODULE_UTILS - {'gpu_health.py'}
 
 
 def test_run_metrics_payload_has_only_the_metrics_files():
@@ -76,7 +78,7 @@ def test_run_metrics_payload_has_only_the_metrics_files():
 
 def test_gpu_holders_payload_has_what_it_imports():
     shipped = payload_module_utils('gpu_holders')
-    assert {'gpu_flow.py', 'gpu_patterns.py', 'gpu_nvidia.py', 'gpu_observe.py'} <= shipped
+    assert {'gpu_flow.py', 'gpu_patterns.py', 'gpu_nvidia.py', 'gpu_observe.py', 'gpu_health.py'} <= shipped
     assert 'gpu_lock.py' not in shipped   # only gpu_reclaim takes the host lock
 
 

@@ -7,8 +7,10 @@ as in a real survey.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_nvidia import NvmlBackend
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import GpuState, ProcState, Snapshot
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import GpuState, ProcState, Snapshot, UnitFacts
 
 NVIDIA = NvmlBackend('/dev')
 OWN_NS = 'pid:[4026531836]'
@@ -65,4 +67,10 @@ def systemd_confirms(*cgroups, **kwargs):
     """System unit facts (Restart, ActiveState, ControlGroup) for units at these cgroup paths,
     as `systemctl show` answers for a loaded unit."""
     restart = kwargs.get('restart', 'no')
-    return dict((path.rstrip('/').rsplit('/', 1)[-1], (restart, 'active', path)) for path in cgroups)
+    return dict((path.rstrip('/').rsplit('/', 1)[-1], UnitFacts(restart, 'active', path)) for path in cgroups)
+
+
+def diagnosed(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blind_sentence=None):
+    """The diagnosis sentences the Surveyor writes: gpu_decide's findings through gpu_say."""
+    return say.diagnosis(decide.findings(snapshot, holders, unconfirmed, rows, spared_pids, bool(blind_sentence)),
+                         blind_sentence)

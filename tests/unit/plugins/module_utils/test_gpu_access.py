@@ -79,8 +79,9 @@ def test_read_access_as_root_and_as_nobody():
 # --- gpu_decide when the module is blind (not root) -----------------------------------------------
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide  # noqa: E402
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say  # noqa: E402
 
-from .observations import gpu, proc, snap  # noqa: E402
+from .observations import diagnosed, gpu, proc, snap  # noqa: E402
 
 BLIND = access.ProcAccess(euid=1000, user='lab', can_read_all=False, hidepid=None).sentence()
 
@@ -90,13 +91,13 @@ def test_blind_diagnosis_says_run_as_root_first_and_never_reset():
     hidden = snap([gpu(0, used=1000, processes=[(777, 1000)]), gpu(1, used=500)], [], missing=[777])
     holders, _clients, unconfirmed = decide.classify(hidden, [], set())
     rows = decide.gpu_table(hidden, holders, [0, 1], 128)
-    diagnosis = decide.diagnose(hidden, holders, unconfirmed, rows, blind_sentence=BLIND)
+    diagnosis = diagnosed(hidden, holders, unconfirmed, rows, blind_sentence=BLIND)
     assert diagnosis[0] == BLIND
     assert diagnosis[1:] == [
         'GPU 0: NVML lists PID 777 (1000 MiB), which this module cannot see: run as root (become: true).',
         'GPU 1: 500 MiB used with no process visible to this module: run as root (become: true) to see '
         'its holders.']
-    msg = decide.failure_message(rows, [], 1.0, allow_reset=False, blind_sentence=BLIND)
+    msg = say.failure_message(rows, [], 1.0, allow_reset=False, blind_sentence=BLIND)
     assert msg.startswith(BLIND)
     for text in diagnosis[1:] + [msg[len(BLIND):]]:
         assert 'reset' not in text and 'reboot' not in text, text
@@ -110,7 +111,7 @@ def test_unreadable_listed_process_is_a_holder_not_a_foreign_pid():
     assert unconfirmed == []
     assert [(h['pid'], h['context_gpus'], h['evidence']) for h in holders] == [(777, [0], ['nvml'])]
     rows = decide.gpu_table(s, holders, [0], 128)
-    msg = decide.failure_message(rows, [dict(holders[0], reason='survived the ladder')], 1.0, False, blind_sentence=BLIND)
+    msg = say.failure_message(rows, [dict(holders[0], reason='survived the ladder')], 1.0, False, blind_sentence=BLIND)
     assert 'PID 777 (python3) sleeping: run as root (become: true) to signal it' in msg
     assert 'reset' not in msg[len(BLIND):]
 
@@ -121,7 +122,7 @@ def test_unreadable_process_while_not_blind_names_a_security_policy_not_root():
     s = snap([gpu(0, used=0)], [proc(1)])
     s.unreadable = [(1, 'fd', 'Permission denied')]
     rows = decide.gpu_table(s, [], [0], 128)
-    sentences = decide.diagnose(s, [], [], rows)
+    sentences = diagnosed(s, [], [], rows)
     text = [t for t in sentences if 'Could not read' in t]
     assert len(text) == 1 and '(1)' in text[0] and 'security policy' in text[0], sentences
     assert 'run as root' not in text[0]

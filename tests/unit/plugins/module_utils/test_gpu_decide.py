@@ -8,8 +8,10 @@ import re
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
-from .observations import CTX, NVIDIA, OWN_NS, gpu, proc, runtime_confirms, snap, systemd_confirms
+from .observations import CTX, NVIDIA, OWN_NS, UnitFacts, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 
 def classify(s, patterns=(), own_tree=frozenset(), units=None, facts=None):
@@ -257,7 +259,7 @@ def test_units_to_stop_skips_scopes_infrastructure_and_own_session_units():
 def test_diagnosis_memory_without_visible_holder():
     s = snap([gpu(3, used=92134)], [])
     rows = decide.gpu_table(s, [], [3], 128)
-    (sentence,) = decide.diagnose(s, [], [], rows)
+    (sentence,) = diagnosed(s, [], [], rows)
     assert 'GPU 3: 92134 MiB used with no process visible here' in sentence
     assert 'another PID namespace' in sentence and 'reset' in sentence
 
@@ -267,7 +269,7 @@ def test_diagnosis_dead_parent_memory_held_by_inheriting_child():
              [proc(11, name='worker', fds=CTX, maps=CTX)], missing=[10])
     holders, _unused, unconfirmed = classify(s)
     rows = decide.gpu_table(s, holders, [0], 128)
-    text = ' '.join(decide.diagnose(s, holders, unconfirmed, rows))
+    text = ' '.join(diagnosed(s, holders, unconfirmed, rows))
     assert 'NVML charges 4614 MiB to PID 10, which has exited; PID 11 (worker) still maps' in text
 
 
@@ -275,7 +277,7 @@ def test_diagnosis_unresolvable_and_impossible_pids():
     s = snap([gpu(0, used=3000, processes=[(0, 1000), (4294967295, 1000), (424242, 1000)])], [],
              missing=[0, 424242, 4294967295])
     rows = decide.gpu_table(s, [], [0], 128)
-    text = ' '.join(decide.diagnose(s, [], [], rows))
+    text = ' '.join(diagnosed(s, [], [], rows))
     assert 'impossible PID 0' in text and 'impossible PID 4294967295' in text
     assert 'NVML lists PID 424242 (1000 MiB) but no such process exists in this PID namespace' in text
 
@@ -288,8 +290,8 @@ def test_diagnosis_d_state_zombie_and_restarting_unit():
         proc(77, name='launcher'),
     ])
     s.procs[10].wchan = 'uvm_gpu_retain_by_uuid'
-    holders, _unused, unconfirmed = classify(s, units={'hog.service': ('always', 'active')})
-    text = ' '.join(decide.diagnose(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
+    holders, _unused, unconfirmed = classify(s, units={'hog.service': UnitFacts('always', 'active')})
+    text = ' '.join(diagnosed(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
     assert 'PID 10 (python3) is in uninterruptible sleep (D, wchan uvm_gpu_retain_by_uuid)' in text
     assert 'PID 11 (python3) is a zombie' in text and 'parent PID 77 (launcher) must reap it' in text
     assert 'hog.service with Restart=always' in text
@@ -302,7 +304,7 @@ def test_a_zombie_leader_with_live_threads_is_a_target_not_left_for_a_parent():
     holders, _unused, _unused = classify(s)
     targets, left = decide.plan_targets(holders, [0], [])
     assert [t['pid'] for t in targets] == [10] and left == []
-    text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [0], 128)))
+    text = ' '.join(diagnosed(s, holders, [], decide.gpu_table(s, holders, [0], 128)))
     assert 'zombie leader' in text and 'must reap' not in text and 'no such process' not in text
 
 
@@ -316,7 +318,7 @@ def test_a_pid_namespace_init_no_runtime_confirms_is_a_target_not_a_container_in
     holders, _unused, _unused = classify(s)
     assert holders[0]['protected'] is False
     assert [t['pid'] for t in decide.plan_targets(holders, [5], [])[0]] == [40]
-    text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [5], 128)))
+    text = ' '.join(diagnosed(s, holders, [], decide.gpu_table(s, holders, [5], 128)))
     assert 'init of' not in text and 'another PID namespace' in text
 
 
@@ -350,25 +352,25 @@ def held_by(cgroup, nspid=None, name='sglang', facts=None):
 def test_a_pod_process_is_protected_and_named_with_the_pod_lever():
     cgroup = '0::/kubepods/besteffort/pod%s/%s\n' % (POD_UID, CID)
     s, holders = held_by(cgroup)
-    assert holders[0]['protected'] and holders[0]['protected_reason'] == decide.POD_PROTECTED
+    assert holders[0]['protected'] and holders[0]['protected_reason'] == say.POD_PROTECTED
     assert holders[0]['owner']['pod']['uid'] == POD_UID
     assert decide.plan_targets(holders, [3], [])[0] == []
     holders[0]['owner']['pod'].update(namespace='infer', name='sglang-0')
-    lever = decide.next_lever(holders[0])
-    assert 'Kubernetes pod infer/sglang-0' in lever and 'kubectl delete pod -n infer sglang-0' in lever
-    assert 'never signalled from under the kubelet' in lever
+    clause = say.next_lever(holders[0])
+    assert 'Kubernetes pod infer/sglang-0' in clause and 'kubectl delete pod -n infer sglang-0' in clause
+    assert 'never signalled from under the kubelet' in clause
 
 
 def test_a_podman_container_init_names_the_container_and_its_stop():
     cgroup = '0::/machine.slice/libpod-%s.scope\n' % CID
     s, holders = held_by(cgroup, nspid=[50, 1], facts=runtime_confirms(cgroup))
     holder = holders[0]
-    assert holder['protected_reason'] == decide.CONTAINER_INIT
+    assert holder['protected_reason'] == say.CONTAINER_INIT
     assert decide.stoppable_container(holder)['id'] == CID
     holder['owner']['name'] = 'hog'
-    lever = decide.next_lever(holder)
-    assert 'init of podman container hog (%s)' % CID[:12] in lever
-    assert 'stop_containers: true' in lever and '`podman stop -t 10 -- %s`' % CID in lever
+    clause = say.next_lever(holder)
+    assert 'init of podman container hog (%s)' % CID[:12] in clause
+    assert 'stop_containers: true' in clause and '`podman stop -t 10 -- %s`' % CID in clause
 
 
 def test_a_container_that_restarts_its_holder_is_named():
@@ -376,12 +378,12 @@ def test_a_container_that_restarts_its_holder_is_named():
     s, holders = held_by(cgroup, facts=runtime_confirms(cgroup))
     holder = holders[0]
     assert not holder['protected']
-    assert decide.next_lever(holder).startswith('it survived SIGKILL')   # no policy known
+    assert say.next_lever(holder).startswith('it survived SIGKILL')   # no policy known
     holder['owner'].update(name='sglang', restart_policy='always')
     assert decide.container_restarts(holder) == 'always'
-    lever = decide.next_lever(holder)
-    assert 'docker container sglang' in lever and 'restart policy always' in lever
-    assert '`docker stop -t 10 -- %s`' % CID in lever
+    clause = say.next_lever(holder)
+    assert 'docker container sglang' in clause and 'restart policy always' in clause
+    assert '`docker stop -t 10 -- %s`' % CID in clause
 
 
 def test_a_guest_process_is_named_with_its_guest_and_its_unit_is_not_this_hosts():
@@ -390,10 +392,10 @@ def test_a_guest_process_is_named_with_its_guest_and_its_unit_is_not_this_hosts(
     assert holder['unit'] is None                  # never `systemctl stop` on the host
     assert holder['owner']['guest_unit'] == 'sglang.service'
     assert decide.units_to_stop(holders, set()) == []
-    lever = decide.next_lever(holder)
-    assert 'Proxmox guest 101, unit sglang.service inside it' in lever
-    assert '`pct exec 101 -- systemctl stop sglang.service`' in lever
-    text = ' '.join(decide.diagnose(s, holders, [], decide.gpu_table(s, holders, [3], 128)))
+    clause = say.next_lever(holder)
+    assert 'Proxmox guest 101, unit sglang.service inside it' in clause
+    assert '`pct exec 101 -- systemctl stop sglang.service`' in clause
+    text = ' '.join(diagnosed(s, holders, [], decide.gpu_table(s, holders, [3], 128)))
     assert 'PID 50 (sglang) holds GPU 3: it runs in Proxmox guest 101' in text
 
 
@@ -401,18 +403,18 @@ def test_a_guest_init_stays_protected_and_is_named():
     s, holders = held_by('0::/lxc/101/ns/init.scope\n', nspid=[50, 1], name='systemd')
     holder = holders[0]
     assert holder['protected']
-    assert 'init of Proxmox guest 101' in decide.next_lever(holder)
+    assert 'init of Proxmox guest 101' in say.next_lever(holder)
 
 
 def test_a_guest_init_that_respawns_holders_is_named_with_its_guest_and_the_command_not_kill():
     s, holders = held_by('0::/lxc.payload.130\n', nspid=[50, 1], name='sh')
-    parent = dict(holders[0], reason='it is protected (%s)' % decide.CONTAINER_INIT, respawned='PID(s) 60 came back as PID 61')
-    assert parent['protected_reason'] == decide.CONTAINER_INIT
-    said = decide.respawn_message(parent)
+    parent = dict(holders[0], reason='it is protected (%s)' % say.CONTAINER_INIT, respawned='PID(s) 60 came back as PID 61')
+    assert parent['protected_reason'] == say.CONTAINER_INIT
+    said = say.respawn_message(parent)
     assert 'init of Proxmox guest 130' in said and '`pct stop 130`' in said, said
     assert '`kill' not in said and 'match' not in said, said
     lxc, lxc_holders = held_by('0::/lxc.payload.gpuops-t-loop\n', nspid=[50, 1], name='sh')
-    said = decide.respawn_message(dict(lxc_holders[0], reason='protected', respawned='PID(s) 60'))
+    said = say.respawn_message(dict(lxc_holders[0], reason='protected', respawned='PID(s) 60'))
     assert 'init of LXC guest gpuops-t-loop' in said and '`lxc-stop -n gpuops-t-loop`' in said, said
 
 
@@ -420,7 +422,7 @@ def test_pid_1_that_respawns_holders_is_named_as_the_init_with_the_command_from_
     s, holders = held_by('0::/init.scope\n', name='sh')
     parent = dict(holders[0], pid=1, protected=True, protected_reason='PID 1 is the init process',
                   reason='it is protected (PID 1 is the init process)', respawned='PID(s) 60 came back as PID 61')
-    said = decide.respawn_message(parent)
+    said = say.respawn_message(parent)
     assert said.startswith('PID 1 (') and 'init of the guest or container this runs in' in said, said
     assert '`pct stop VMID`' in said and '`kill' not in said and 'match' not in said, said
 
@@ -429,23 +431,40 @@ def test_failure_message_names_gpu_mib_pid_state_and_next_lever():
     s = snap([gpu(2, used=76107)], [proc(10, state='disk-sleep', fds=['/dev/nvidia2'], maps=['/dev/nvidia2'])])
     holders, _unused, _unused = classify(s)
     rows = decide.gpu_table(s, holders, [2], 128)
-    msg = decide.failure_message(rows, holders, 12.34, allow_reset=False)
+    msg = say.failure_message(rows, holders, 12.34, allow_reset=False)
     assert msg.startswith('GPU 2 (GPU-00000002-0000) still holds 76107 MiB after 12.3 s: PID 10 (python3) '
                           'disk-sleep')
     assert 'reset the GPU (allow_reset: true) or reboot the host' in msg
     empty = snap([gpu(1, used=500)], [])
-    msg = decide.failure_message(decide.gpu_table(empty, [], [1], 128), [], 3.0, allow_reset=False)
+    msg = say.failure_message(decide.gpu_table(empty, [], [1], 128), [], 3.0, allow_reset=False)
     assert 'no process visible here' in msg and 'reset or reboot' in msg
 
 
 def test_sigterm_is_futile_for_an_ignoring_mask_or_a_traced_stop_only():
     s = snap([gpu(0, used=900, processes=[(10, 900)])], [proc(10, fds=CTX, maps=CTX)])
     (holder,), _unused, _unused = classify(s)
-    assert decide.sigterm_futile(holder) is None
-    assert decide.sigterm_futile(dict(holder, state='stopped')) is None, 'SIGCONT makes it act'
-    assert decide.sigterm_futile(dict(holder, ignores_sigterm=True)) == 'ignored (SigIgn)'
+    assert decide.sigterm_futile_code(holder) is None
+    assert decide.sigterm_futile_code(dict(holder, state='stopped')) is None, 'SIGCONT makes it act'
+    ignoring = dict(holder, ignores_sigterm=True)
+    assert say.sigterm_futile(ignoring, decide.sigterm_futile_code(ignoring)) == 'ignored (SigIgn)'
     traced = dict(holder, state='tracing-stop', tracer_pid=77, tracer_name='gdb')
-    assert 'traced by PID 77 (gdb)' in decide.sigterm_futile(traced)
+    assert 'traced by PID 77 (gdb)' in say.sigterm_futile(traced, decide.sigterm_futile_code(traced))
+
+
+@pytest.mark.parametrize('nspid, handles, ignores, dropped', [
+    ([5010, 1], False, False, True),     # PID 1 of its own namespace, no handler: the kernel drops SIGTERM
+    ([5010, 1], True, False, False),     # its own handler gets it
+    ([5010, 1], False, True, False),     # SigIgn says so first (sigterm_ignored)
+    ([5010, 7], False, False, False),    # not its namespace's init
+    ([5010], False, False, False),       # this namespace's
+])
+def test_sigterm_is_dropped_for_a_namespace_init_without_a_handler(nspid, handles, ignores, dropped):
+    p = proc(10, fds=CTX, maps=CTX, nspid=nspid)
+    p.handles_sigterm, p.ignores_sigterm = handles, ignores
+    (holder,), _unused, _unused = classify(snap([gpu(0, used=900, processes=[(10, 900)])], [p]))
+    assert holder['sigterm_dropped'] is dropped
+    want = lever.SIGTERM_DROPPED if dropped else (lever.SIGTERM_IGNORED if ignores else None)
+    assert decide.sigterm_futile_code(holder) == want
 
 
 def test_a_traced_holder_is_diagnosed_with_its_tracer():
@@ -455,7 +474,7 @@ def test_a_traced_holder_is_diagnosed_with_its_tracer():
     s.related_names = {77: 'gdb'}
     holders, _unused, unconfirmed = classify(s)
     assert (holders[0]['tracer_pid'], holders[0]['tracer_name']) == (77, 'gdb')
-    text = ' '.join(decide.diagnose(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
+    text = ' '.join(diagnosed(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
     assert 'traced by PID 77 (gdb) and stopped (state t)' in text
 
 
@@ -467,28 +486,28 @@ def test_a_traced_holder_alive_after_sigkill_names_its_tracer_as_the_lever_never
     s = snap([gpu(0, used=900, processes=[(10, 900)])], [p])
     s.related_names = {77: 'strace'}
     holders, _unused, _unused = classify(s)
-    lever = decide.next_lever(dict(holders[0], reason='survived the ladder', reason_code=decide.SURVIVED))
-    assert lever.startswith('it is traced by PID 77 (strace) and stays in its exit'), lever
-    assert 'kill -CONT 77' in lever and 'reset' not in lever and 'reboot' not in lever
+    clause = say.next_lever(dict(holders[0], reason='survived the ladder', reason_code=decide.SURVIVED))
+    assert clause.startswith('it is traced by PID 77 (strace) and stays in its exit'), clause
+    assert 'kill -CONT 77' in clause and 'reset' not in clause and 'reboot' not in clause
 
 
 def test_a_respawning_parent_is_a_target_only_when_it_matches_or_holds_nothing_and_is_unprotected():
     loop = {'pid': 50, 'name': 'bash', 'cmdline': 'bash -c while true', 'protected': False,
             'protected_reason': None}
-    assert decide.respawner_lever(loop, [], holds_gpu=False) is None
-    assert decide.respawner_lever(loop, [], holds_gpu=True) == 'it holds a GPU itself'
-    assert decide.respawner_lever(loop, [re.compile('while')], holds_gpu=True) is None
-    assert decide.respawner_lever(loop, [re.compile('sglang')], holds_gpu=False) == 'it does not match `match`'
+    assert say.respawner_refusal(loop, lever.respawner_lever(loop, [], False).refusal) is None
+    assert say.respawner_refusal(loop, lever.respawner_lever(loop, [], True).refusal) == 'it holds a GPU itself'
+    assert say.respawner_refusal(loop, lever.respawner_lever(loop, [re.compile('while')], True).refusal) is None
+    assert say.respawner_refusal(loop, lever.respawner_lever(loop, [re.compile('sglang')], False).refusal) == 'it does not match `match`'
     guarded = dict(loop, protected=True, protected_reason='GPU or cluster infrastructure (sshd)')
-    assert decide.respawner_lever(guarded, [re.compile('.')], holds_gpu=False).startswith('it is protected')
+    assert say.respawner_refusal(guarded, lever.respawner_lever(guarded, [re.compile('.')], False).refusal).startswith('it is protected')
 
 
 def test_listed_processes_are_enough_when_nvml_charges_all_memory_to_live_local_holders():
     s = snap([gpu(0, used=4614 + 100, processes=[(10, 4614)]), gpu(1, used=900)],
              [proc(10, fds=CTX, maps=CTX)])
-    assert decide.full_scan_reason(s, [0], 128) is None
+    assert say.full_scan(decide.full_scan_code(s, [0], 128)) is None
     # GPU 1 holds 900 MiB nobody is charged with, but it is not selected
-    assert decide.full_scan_reason(s, [1], 128) == 'GPU 1: 900 MiB used, 0 MiB charged to processes'
+    assert say.full_scan(decide.full_scan_code(s, [1], 128)) == 'GPU 1: 900 MiB used, 0 MiB charged to processes'
 
 
 @pytest.mark.parametrize('gpus, procs, why', [
@@ -505,7 +524,7 @@ def test_listed_processes_are_enough_when_nvml_charges_all_memory_to_live_local_
      'GPU 0: 4743 MiB used, 4614 MiB charged to processes'),
 ])
 def test_every_process_is_read_when_the_listed_ones_do_not_explain_the_memory(gpus, procs, why):
-    assert why in decide.full_scan_reason(snap(gpus, procs), [0], 128)
+    assert why in say.full_scan(decide.full_scan_code(snap(gpus, procs), [0], 128))
 
 
 def _ranks(count, uncharged):
@@ -519,7 +538,7 @@ def test_the_drivers_own_share_of_each_context_is_no_reason_to_read_every_proces
     # Measured on one H200 (tests/gpu s12): 24 ranks, 141 MiB used beyond the process list; 8 ranks, 49.
     for count, uncharged in ((24, 141), (8, 49), (2, 14), (1, 8)):
         snapshot = _ranks(count, uncharged)
-        assert decide.full_scan_reason(snapshot, [0], 128) is None, count
+        assert say.full_scan(decide.full_scan_code(snapshot, [0], 128)) is None, count
         assert decide.uncharged_gpus(snapshot.gpus, [0], 128) == [], count
 
 
@@ -527,12 +546,12 @@ def test_memory_beyond_the_contexts_share_still_makes_every_process_read():
     # 24 contexts may leave 128 + 23 * 8 = 312 MiB charged to nobody; one MiB more is a holder NVML
     # does not list (a forked child's inherited mappings, a process in another namespace).
     snapshot = _ranks(24, 313)
-    assert decide.full_scan_reason(snapshot, [0], 128) == 'GPU 0: %d MiB used, %d MiB charged to processes' % (
+    assert say.full_scan(decide.full_scan_code(snapshot, [0], 128)) == 'GPU 0: %d MiB used, %d MiB charged to processes' % (
         1634 * 24 + 313, 1634 * 24)
     assert decide.uncharged_gpus(snapshot.gpus, [0], 128) == [0]
-    assert decide.full_scan_reason(_ranks(24, 312), [0], 128) is None
+    assert say.full_scan(decide.full_scan_code(_ranks(24, 312), [0], 128)) is None
     # one context: the threshold alone, as before
-    assert decide.full_scan_reason(_ranks(1, 129), [0], 128) is not None
+    assert say.full_scan(decide.full_scan_code(_ranks(1, 129), [0], 128)) is not None
     assert decide.uncharged_gpus(_ranks(1, 129).gpus, [0], 128) == [0]
 
 
@@ -545,10 +564,10 @@ def test_sentences_escape_names_users_chose():
     s.related_names[11] = 'p\x1bq'
     holders, _unused, _unused = classify(s)
     rows = decide.gpu_table(s, holders, [2], 128)
-    texts = decide.diagnose(s, holders, [], rows) + [decide.failure_message(rows, holders, 1.0, False)]
+    texts = diagnosed(s, holders, [], rows) + [say.failure_message(rows, holders, 1.0, False)]
     for text in texts:
         assert '\n' not in text and '\x1b' not in text, text
     assert any('PID 10 (x\\nGPU 2 free\\x1b[2J)' in t for t in texts)
     zombie = dict(holders[0], state='zombie')
-    said = decide.skip_sentence(zombie, decide.skip_code(zombie, ()))
+    said = say.skip(zombie, decide.skip_code(zombie, ()))
     assert '\x1b' not in said and 'p\\x1bq' in said

@@ -19,17 +19,19 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout, UnitFacts
 
-from .observations import CTX, NVIDIA, gpu, proc, runtime_confirms, snap
+from .observations import CTX, NVIDIA, diagnosed, gpu, proc, runtime_confirms, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
 UNIT = '0::/system.slice/gpuhog.service'
 # What systemd answers for gpuhog.service (systemctl show -p Restart,ActiveState,ControlGroup).
-GPUHOG = {'gpuhog.service': ('always', 'active', '/system.slice/gpuhog.service')}
+GPUHOG = {'gpuhog.service': UnitFacts('always', 'active', '/system.slice/gpuhog.service')}
 
 
 def survey_of(gpus, procs, units=None, spare=(), start_times=None, facts=None):
@@ -45,16 +47,19 @@ def classified(s, selected, units=None, spare=(), facts=None):
     spared_pids = frozenset(h['pid'] for h in spared)
     rows = decide.gpu_table(s, holders, selected, 128, spared_pids)
     return Survey(s, selected, holders, clients, unconfirmed, rows,
-                  decide.diagnose(s, holders, unconfirmed, rows, spared_pids), spared)
+                  diagnosed(s, holders, unconfirmed, rows, spared_pids), spared)
 
 
 class ScriptedSurveyor(object):
     """Returns the given surveys in order; an exception in the list is raised instead. After
-    the script runs out, the last survey is repeated."""
+    the script runs out, the last survey is repeated. It answers everything gpu_flow.Surveyor
+    answers (test_the_doubles_answer_what_the_real_surveyor_and_actor_answer)."""
 
     nvml_timeout = 1.0
     own_ancestors = frozenset()
     backend = NVIDIA
+    requested, exclude, spare_units, protect, free_threshold_mib = [], [], frozenset(), (), 128
+    last_facts = ({}, {})
 
     proc = '/proc'
 
@@ -69,6 +74,8 @@ class ScriptedSurveyor(object):
         self.pattern_sets = []
         self.access = ProcAccess(euid=0, user='root', can_read_all=True, hidepid=None)
         self.full_asked = []   # the `full` of each survey() call, in order
+        self.owner_details, self.supervisor_status, self.supervisor_errors = {}, {}, {}
+        self.supervisor_units = set()
 
     def survey(self, deep=False, full=True):
         self.full_asked.append(full)
@@ -106,6 +113,19 @@ class ScriptedSurveyor(object):
         seq = self.kids.get(pid, [[]])
         return seq.pop(0) if len(seq) > 1 else seq[0]
 
+    @staticmethod
+    def init_respawns():
+        return False     # PID 1 is a systemd manager here
+
+    def peek(self, pid):
+        raise act.ProcessGone(pid, 'stat')     # no ancestry unless a test gives one (Host)
+
+    def link(self, pid):
+        return self.peek(pid)
+
+    def descendants(self, pid):
+        return self.peek(pid)
+
     def describe(self, pid, snapshot):
         if pid not in self.others:
             raise act.ProcessGone(pid, 'stat')
@@ -117,6 +137,7 @@ class ScriptedActor(object):
     its name says ('exits-on-term', 'exits-on-kill'; anything else never exits)."""
 
     recording = False
+    ended = frozenset()
 
     def __init__(self):
         self.calls = []
@@ -129,11 +150,19 @@ class ScriptedActor(object):
 
     def stop_unit(self, unit, timeout):
         self.calls.append(('stop_unit', unit, timeout))
-        return 'stopped in 0.10 s', True
+        return say.step(lever.UNIT_STOPPED, waited=0.1), True
 
     def stop_user_unit(self, uid, unit, timeout):
         self.calls.append(('stop_user_unit', uid, unit, timeout))
-        return 'stopped in 0.10 s through the manager of user %d' % uid, True
+        return say.step(lever.UNIT_STOPPED, waited=0.1, uid=uid), True
+
+    def stop_container(self, owner, grace):
+        self.calls.append(('stop_container', owner['id'], grace))
+        return say.step(lever.CONTAINER_STOPPED), True
+
+    def stop_supervised(self, owner, holders, grace, status_timeout):
+        self.calls.append(('stop_supervised', owner['id'], grace))
+        return say.step(lever.SUPERVISED_STOPPED, waited=0.1, command='stop', watched=1.5), True, None
 
     def signal(self, holder, signum, never):
         name = act.SIGNAL_NAMES[signum]
@@ -141,7 +170,7 @@ class ScriptedActor(object):
         if (name, holder['name']) in (('SIGTERM', 'exits-on-term'), ('SIGKILL', 'exits-on-term'),
                                       ('SIGKILL', 'exits-on-kill')):
             self.gone.add(holder['pid'])
-        return 'sent', True
+        return say.step(lever.SENT, pid=holder['pid']), True
 
     def alive(self, holders):
         return [h for h in holders if h['pid'] not in self.gone]
@@ -163,7 +192,7 @@ class ScriptedActor(object):
 
     def run(self, argv, timeout):
         self.calls.append(('run', ' '.join(argv)))
-        return 'ok', True
+        return say.step(lever.COMMAND_OK), True
 
     @staticmethod
     def state_of(holder):
@@ -186,6 +215,18 @@ def ladder(surveyor, actor, **kwargs):
     kwargs.setdefault('term_timeout', 5.0)
     kwargs.setdefault('release_timeout', 7.0)
     return Ladder(surveyor, actor=actor, clock=actor.clock, **kwargs)
+
+
+def test_every_action_carries_its_step_code():
+    """Issue 32 item 3: the role and the tests read an action's `code`, never its words."""
+    s = held_by((10, 'exits-on-kill'), (11, 'exits-on-term'))
+    result = ladder(ScriptedSurveyor(s, free()), ScriptedActor()).run()
+    assert [(a['step'], a['pid'], a['code']) for a in result['actions']] == [
+        ('sigterm', 10, lever.STILL_RUNNING), ('sigterm', 11, lever.EXITED), ('sigkill', 10, lever.EXITED)]
+    stuck = ladder(ScriptedSurveyor(held_by((10, 'stuck'))), ScriptedActor(), passes=1).run()
+    assert [(a['step'], a['code']) for a in stuck['actions']] == [
+        ('sigterm', lever.STILL_RUNNING), ('sigkill', lever.SENT), ('unreachable', lever.ALIVE_AFTER_KILL_STEP),
+        ('wait_release', lever.NOT_WAITED)]
 
 
 def test_sigterm_first_and_no_sigkill_for_a_process_that_exits_on_it():
@@ -334,6 +375,21 @@ def test_a_free_host_gets_no_action_and_no_change():
     assert result['changed'] is False and result['actions'] == [] and result['free'] is True
 
 
+def _public(thing):
+    return set(name for name in dir(thing) if not name.startswith('_'))
+
+
+def test_the_doubles_answer_what_the_real_surveyor_and_actor_answer():
+    """Issue 32 item 4: the doubles implement the real protocol, so gpu_flow asks the surveyor
+    and the actor plainly (no getattr with a default for what a double lacks)."""
+    real = flow.Surveyor(backend=NVIDIA)
+    assert _public(real) - _public(ScriptedSurveyor()) == set()
+    # start_scope is gpu_adopt's, never the ladder's.
+    assert _public(act.HostActor()) - _public(ScriptedActor()) == {'start_scope'}
+    assert _public(act.RecordingActor()) - _public(act.HostActor()) == set()
+    assert act.HostActor().ended == frozenset()
+
+
 def test_signal_names_cover_the_signals_the_ladder_sends():
     assert set(act.SIGNAL_NAMES) >= {signal.SIGTERM, signal.SIGKILL, signal.SIGCONT, signal.SIGSTOP}
 
@@ -403,7 +459,7 @@ def test_a_protected_holder_alone_ends_the_ladder_at_once_naming_it():
     result = ladder(ScriptedSurveyor(s), actor, release_timeout=60.0).run()
     assert actor.calls == [], 'no signal, no wait'
     (wait,) = result['actions']
-    assert wait['result'].startswith('not waited: nothing left that could free it (GPU 0: PID 10 (nv-hostengine)')
+    assert wait['code'] == 'not_waited' and '(GPU 0: PID 10 (nv-hostengine)' in wait['result']
     assert result['free'] is False and 'PID 10 (nv-hostengine)' in result['msg'] and 'protected' in result['msg']
     assert [(h['pid'], h['reason_code']) for h in result['remaining']] == [(10, 'protected')]
 
@@ -461,8 +517,8 @@ class Host(ScriptedSurveyor):
         return respawn.Link(pid, self.table[pid].ppid, self.table[pid].start_time, exe, None)
 
     def link(self, pid):
-        reason = decide.protection_reason(self.table[pid], set(), [], None, NVIDIA.infrastructure)
-        return self.peek(pid)._replace(protected=reason is not None)
+        code, _detail = decide.protection_code(self.table[pid], set(), [], None, NVIDIA.infrastructure)
+        return self.peek(pid)._replace(protected=code is not None)
 
     def descendants(self, pid):
         self.late = dict((p, n - 1) for p, n in self.late.items())
@@ -508,7 +564,7 @@ def test_a_restarted_worker_running_the_ended_program_is_a_respawn_whatever_its_
     assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 12) in actor.calls
     (respawn_step,) = [a for a in result['actions'] if a['step'] == 'respawn']
     assert respawn_step['pid'] == 50 and respawn_step['pids'] == [12]
-    assert 'the parent becomes the target' in respawn_step['result']
+    assert respawn_step['code'] == 'respawner_target' and 'the parent becomes the target' in respawn_step['result']
     # frozen processes get SIGCONT right after SIGTERM, as any stopped target does
     assert actor.calls.index(('SIGCONT', 50)) > actor.calls.index(('SIGTERM', 50))
     assert result['free'] is True
@@ -526,7 +582,8 @@ def test_a_holder_respawned_under_a_live_parent_makes_the_parent_the_target():
     assert sigs(actor)[0] == ('SIGTERM', 10)
     assert ('SIGTERM', 50) in actor.calls and ('SIGTERM', 11) in actor.calls
     respawn_steps = [a for a in result['actions'] if a['step'] == 'respawn']
-    assert respawn_steps and respawn_steps[0]['pid'] == 50 and 'the parent becomes the target' in respawn_steps[0]['result']
+    assert respawn_steps and respawn_steps[0]['pid'] == 50 and respawn_steps[0]['code'] == 'respawner_target' \
+        and 'the parent becomes the target' in respawn_steps[0]['result']
 
 
 def test_a_loop_restarting_the_launcher_of_the_holder_is_its_grandparent_and_the_target():
@@ -543,7 +600,8 @@ def test_a_loop_restarting_the_launcher_of_the_holder_is_its_grandparent_and_the
                 exits_with={40: 10}, starts_after={41: 40, 42: 40})
     result = ladder(host, actor).run()
     (respawn_step,) = [a for a in result['actions'] if a['step'] == 'respawn']
-    assert respawn_step['pid'] == 50 and 'the grandparent becomes the target' in respawn_step['result']
+    assert respawn_step['pid'] == 50 and respawn_step['code'] == 'respawner_target' \
+        and 'the grandparent becomes the target' in respawn_step['result']
     assert sigs(actor)[1:4] == [('SIGSTOP', 50), ('SIGSTOP', 41), ('SIGSTOP', 42)]
     assert {('SIGTERM', 50), ('SIGTERM', 41), ('SIGTERM', 42)} <= set(sigs(actor))
     assert result['free'] is True
@@ -763,8 +821,8 @@ ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service
 def user_held(confirmed=True):
     """GPU 0 held by PID 10 in alice's own Restart=always service hog.service; her manager
     confirms the unit's ControlGroup, or knows no such unit (a directory she made)."""
-    facts = {'user_units': {(1000, 'hog.service'): ('always', 'active', ALICE_SVC) if confirmed
-                            else (None, None, None)}}
+    facts = {'user_units': {(1000, 'hog.service'): UnitFacts('always', 'active', ALICE_SVC) if confirmed
+                            else UnitFacts()}}
     return survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
                      [proc(10, name='exits-on-term', fds=CTX, maps=CTX, cgroup='0::%s\n' % ALICE_SVC)],
                      facts=facts)
@@ -860,6 +918,62 @@ def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named()
     result = ladder(ScriptedSurveyor(guest_and_stuck((10,)), free(), guest_back_without_memory()), actor).run()
     assert [c for c in actor.calls if c[0].startswith('SIG')] == [('SIGTERM', 10), ('SIGKILL', 10)]
     watch = [a for a in result['actions'] if a['step'] == 'watch_respawn']
-    assert watch and watch[0]['result'].startswith('came back after') and 'PID 20' in watch[0]['result']
+    assert watch and watch[0]['code'] == 'guest_back' and 'PID 20' in watch[0]['result']
     assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
     assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']
+
+
+def _children(pid):
+    with open('/proc/%d/task/%d/children' % (pid, pid)) as f:
+        return [int(word) for word in f.read().split()]
+
+
+class _WhileAlive(_ScriptedGpus):
+    """GPU 0 holds 4,000 MiB charged to PID while it lives (its memory freed with it)."""
+
+    def __init__(self, dev_dir, pid, node):
+        super(_WhileAlive, self).__init__(dev_dir, [])
+        self.pid, self.node = pid, node
+
+    def read_gpus(self, timeout):
+        held = os.path.exists('/proc/%d' % self.pid)
+        one = gpu(0, used=4000 if held else 0, processes=[(self.pid, 4000)] if held else [])
+        one.nodes = (self.node,)
+        return [one]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='unshare --pid needs root')
+@pytest.mark.parametrize('handler, futile', [('', True), ('signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))', False)])
+def test_pid_1_of_its_own_namespace_without_a_sigterm_handler_gets_sigkill_at_once(tmp_path, handler, futile):
+    """Issue 32 item 7 (found on an H100): the kernel drops a SIGTERM sent to the init of a PID
+    namespace that has no handler for it, so the ladder waited term_timeout for nothing. A real
+    `unshare --pid --fork python3` holding a device node: without a handler (Python installs
+    none for SIGTERM) SIGKILL follows at once; with one, SIGTERM ends it within its grace."""
+    node = tmp_path / 'nvidia0'
+    node.write_bytes(b'\0' * 4096)
+    code = "import signal, sys\n%s\n%s" % (handler, _MAP_AND_WAIT)
+    # A grandchild: a survey leaves out the surveying process's own children.
+    outer = subprocess.Popen(['unshare', '--pid', '--fork', sys.executable, '-c', code, str(node)],
+                             stdout=subprocess.PIPE)
+    try:
+        assert outer.stdout.readline() == b'ready\n'
+        (pid,) = _children(outer.pid)
+        backend = _WhileAlive(str(tmp_path), pid, str(node))
+        surveyor = flow.Surveyor(backend=backend)
+        (holder,) = [h for h in surveyor.survey().holders if h['pid'] == pid]
+        assert holder['sigterm_dropped'] is futile
+        result = Ladder(surveyor, term_timeout=5.0, release_timeout=2.0, passes=1)
+        started = result.clock()
+        report = result.run()
+        took = result.clock() - started
+    finally:
+        if outer.poll() is None:
+            outer.kill()
+        outer.wait()
+    steps = [(a.what, a.result.code) for a in result.actions if a.details.get('pid') == pid]
+    assert report['free'] is True, report.get('msg')
+    if futile:
+        assert steps == [('sigterm', lever.SENT_FUTILE), ('sigkill', lever.EXITED)]
+        assert took < 2.5, 'no term_timeout waited for a SIGTERM the kernel drops: %.2f s' % took
+    else:
+        assert steps == [('sigterm', lever.EXITED)]

@@ -152,3 +152,27 @@ def test_one_entry_maps_each_kind_of_owner_to_its_lever():
     got = lever.of(orphan)
     assert got.kind == lever.SIGNAL and got.refusal is None and got.key == (4242, 77)
     assert lever.of(dict(orphan, pid=1)).refusal == lever.INIT
+
+
+def test_codes_are_grouped_and_no_value_means_two_things():
+    """Issue 32 item 4: each group's codes are its own, and a value named twice in gpu_lever is
+    one code of one meaning (an adoption's refusal or error reusing the step's or protection's),
+    never two (before: 'pod' was the kubelet's lever and the pod shield, 'container_init' a
+    lever's reason and a protection, 'restart_policy' a watch and a reason)."""
+    groups = {'steps': lever.STEPS, 'watches': lever.WATCHES, 'why_by_hand': lever.WHY_BY_HAND,
+              'protections': lever.PROTECTIONS, 'adopt_refusals': lever.ADOPT_REFUSALS,
+              'adopt_errors': lever.ADOPT_ERRORS, 'diagnosis': lever.DIAGNOSIS, 'full_scan': lever.FULL_SCAN}
+    for name, codes in groups.items():
+        assert len(set(codes)) == len(codes), name
+    named = {}
+    for name, value in vars(lever).items():
+        if name.isupper() and isinstance(value, str):
+            named.setdefault(value, set()).add(name)
+    shared = dict((value, names) for value, names in named.items() if len(names) > 1)
+    assert shared == {
+        'gone': {'GONE', 'ADOPT_GONE'}, 'reused': {'REUSED', 'ADOPT_REUSED'},
+        'no_start_time': {'NO_START_TIME', 'ADOPT_NO_START_TIME'}, 'stop_failed': {'STOP_FAILED', 'ADOPT_STOP_FAILED'},
+        'kthread': {'KTHREAD', 'ADOPT_KTHREAD'}}
+    # Lever.why, Lever.watch and the protection codes never share a value.
+    assert not set(lever.WHY_BY_HAND) & set(lever.WATCHES)
+    assert not set(lever.WHY_BY_HAND) & set(lever.PROTECTIONS)

@@ -236,6 +236,21 @@ def test_sigterm_ignored_is_read_from_sigign_and_a_handler_or_none_is_not():
         observe.read_sigterm_ignored(made[0].pid)
 
 
+def test_a_sigterm_handler_is_read_from_sigcgt_of_real_processes():
+    # Issue 32 item 7: a namespace's init with no handler never sees SIGTERM; SigCgt says which.
+    made = []
+    for code in ("signal.signal(signal.SIGTERM, signal.SIG_IGN)", "signal.signal(signal.SIGTERM, lambda *_: None)", ""):
+        made.append(subprocess.Popen([sys.executable, '-c', SIGWAIT % code], stdout=subprocess.PIPE))
+        assert made[-1].stdout.readline().strip() == b'ready'
+    try:
+        seen = [observe.describe_process(p.pid) for p in made]
+        assert [(p.ignores_sigterm, p.handles_sigterm) for p in seen] == [(True, False), (False, True), (False, False)]
+    finally:
+        for proc in made:
+            proc.kill()
+            proc.wait()
+
+
 def test_unified_cgroup_is_cgroup2_mounted_at_the_root_itself(tmp_path):
     assert observe.unified_cgroup(str(tmp_path)) is False
     (tmp_path / 'cgroup.controllers').write_text('cpu memory pids\n')

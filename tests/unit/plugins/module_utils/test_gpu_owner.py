@@ -13,6 +13,7 @@ import json
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner as owner_mod
 
 from .observations import CTX, gpu, proc, snap
@@ -277,21 +278,21 @@ def test_every_owner_has_every_key():
 
 def test_stop_argv_never_removes_and_carries_the_grace():
     container = own(v2("/machine.slice/libpod-%s.scope" % CID))
-    assert owner_mod.runtime_argv("podman", "stop", container, grace=7.6) == ["podman", "stop", "-t", "8", "--", CID]
+    assert gpu_lever.runtime_argv("podman", "stop", container, grace=7.6) == ["podman", "stop", "-t", "8", "--", CID]
     docker = own(v2("/system.slice/docker-%s.scope" % CID))
-    assert owner_mod.runtime_argv("docker", "stop", docker, grace=0) == ["docker", "stop", "-t", "0", "--", CID]
-    for row in owner_mod.RUNTIMES.values():
+    assert gpu_lever.runtime_argv("docker", "stop", docker, grace=0) == ["docker", "stop", "-t", "0", "--", CID]
+    for row in gpu_lever.RUNTIMES.values():
         assert "rm" not in (row["stop"] or []) and "kill" not in (row["stop"] or [])
 
 
 def test_pods_and_guests_have_no_stop():
     for runtime in ("cri-containerd", "cri-o", "proxmox", "lxc", "systemd-nspawn"):
-        assert owner_mod.runtime_argv(runtime, "stop", owner_mod.new_owner("pod", id=CID)) is None
+        assert gpu_lever.runtime_argv(runtime, "stop", owner_mod.new_owner("pod", id=CID)) is None
 
 
 def test_containerd_argv_carries_its_namespace():
     got = own(v2("/k8s.io/%s" % CID))
-    assert owner_mod.runtime_argv("containerd", "inspect", got)[:3] == ["nerdctl", "--namespace", "k8s.io"]
+    assert gpu_lever.runtime_argv("containerd", "inspect", got)[:3] == ["nerdctl", "--namespace", "k8s.io"]
 
 
 def test_parse_docker_and_podman_inspect():

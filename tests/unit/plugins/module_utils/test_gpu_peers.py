@@ -48,8 +48,9 @@ def test_peers_option_widens_the_gpus_a_holder_counts_on():
 # --- the rule inside gpu_decide's classification, diagnosis and targeting --------------------------
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide  # noqa: E402
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say  # noqa: E402
 
-from .observations import gpu, proc, snap  # noqa: E402
+from .observations import diagnosed, gpu, proc, snap  # noqa: E402
 
 RANK1_NODES = ('/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm')
 
@@ -67,7 +68,7 @@ def nccl_after_rank0_died(dead_rank0_listed=False):
 def surveyed(s, selected=(0,)):
     holders, _clients, unconfirmed = decide.classify(s, [], set())
     rows = decide.gpu_table(s, holders, list(selected), 128)
-    return holders, rows, decide.diagnose(s, holders, unconfirmed, rows)
+    return holders, rows, diagnosed(s, holders, unconfirmed, rows)
 
 
 def test_rank1_is_a_peer_mapper_of_gpu0_and_the_diagnosis_says_so_without_reset():
@@ -93,7 +94,7 @@ def test_failure_names_the_mapper_and_the_lever_never_a_reset():
     holders, rows, _diagnosis = surveyed(nccl_after_rank0_died())
     (rank,) = holders
     remaining = [dict(rank, reason='maps peer memory of GPU 0', lever=peers.peer_lever(rank, 0))]
-    msg = decide.failure_message(rows, remaining, 3.2, allow_reset=False)
+    msg = say.failure_message(rows, remaining, 3.2, allow_reset=False)
     assert 'PID 4242 (sglang::schedul) sleeping: it maps GPU 0, its context is on GPU 1: NCCL/IPC peer ' \
            'memory; reclaim GPU 1 too or set peers: true' in msg
     assert 'reset' not in msg and 'reboot' not in msg

@@ -19,7 +19,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
-from .observations import CTX, gpu, proc, runtime_confirms, snap, systemd_confirms
+from .observations import CTX, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 CID = 'e6cca3930084' + '0' * 52
 PLUGINS = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'plugins')
@@ -106,7 +106,7 @@ def test_each_diagnosis_code_is_found_on_its_shape_and_written_from_its_facts(co
     assert any(words in sentence for sentence in sentences), sentences
     # The sentences the operator reads are these, in this order (the blind sentence first).
     blind_sentence = 'blind.' if blind else None
-    assert decide.diagnose(observed, holders, unconfirmed, rows, blind_sentence=blind_sentence) == \
+    assert diagnosed(observed, holders, unconfirmed, rows, blind_sentence=blind_sentence) == \
         ([blind_sentence] if blind else []) + [say.finding(f) for f in found]
 
 
@@ -131,7 +131,7 @@ def test_each_full_scan_code_is_decided_then_written():
     assert sorted(code for _shape, code, _text in cases) == sorted(lever.FULL_SCAN)
     for shape, code, text in cases:
         found = decide.full_scan_code(shape, [0], 128)
-        assert found.code == code and say.full_scan(found) == text == decide.full_scan_reason(shape, [0], 128)
+        assert found.code == code and say.full_scan(found) == text == say.full_scan(decide.full_scan_code(shape, [0], 128))
     enough = snap([gpu(0, used=1000, processes=[(10, 1000)])], [proc(10, fds=CTX, maps=CTX)])
     assert decide.full_scan_code(enough, [0], 128) is None and say.full_scan(None) is None
 
@@ -191,11 +191,56 @@ def _say_functions():
                and getattr(value, '__module__', None) == say.__name__)
 
 
+def _sentence_constants():
+    """The sentences gpu_say keeps as constants (CONTAINER_INIT, POD_PROTECTED, ...)."""
+    return set(value for name, value in vars(say).items()
+               if isinstance(value, str) and name.isupper() and not name.startswith('_') and ' ' in value)
+
+
+def _module_aliases(tree):
+    """{alias: module} for each `from ...module_utils import gpu_X as alias` of a source."""
+    import importlib
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.endswith('plugins.module_utils'):
+            for name in node.names:
+                aliases[name.asname or name.name] = importlib.import_module('%s.%s' % (node.module, name.name))
+    return aliases
+
+
+def _a_sentence(operand, aliases, heads, constants):
+    """What in a comparison's operand is a sentence gpu_say writes: a literal of two words or
+    more found in one, or a module's name for one of gpu_say's sentence constants
+    (decide.CONTAINER_INIT); else None."""
+    if isinstance(operand, ast.Constant) and isinstance(operand.value, str):
+        literal = operand.value
+        if ' ' in literal.strip() and len(literal) >= 6 and any(literal in text for text in heads | constants):
+            return repr(literal)
+    if isinstance(operand, ast.Attribute) and isinstance(operand.value, ast.Name) \
+            and operand.value.id in aliases:
+        value = getattr(aliases[operand.value.id], operand.attr, None)
+        if isinstance(value, str) and value in constants:
+            return '%s.%s' % (operand.value.id, operand.attr)
+    return None
+
+
+_COMPARES = {ast.Eq: '==', ast.NotEq: '!=', ast.In: 'in', ast.NotIn: 'not in'}
+
+
 def _decisions_on_sentences(source, heads, writers):
     """(line, what) for each `x.startswith(LITERAL)`/`endswith` whose literal begins a sentence
-    gpu_say writes, and each slice of what a gpu_say function (or a wrapper of one) returned."""
+    gpu_say writes, each `==`, `!=`, `in` or `not in` with a sentence on one side (a literal
+    found in one, or gpu_say's sentence constant by any module's name), and each slice of what
+    a gpu_say function (or a wrapper of one) returned."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    aliases, constants = _module_aliases(tree), _sentence_constants()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and all(type(op) in _COMPARES for op in node.ops):
+            for operand in [node.left] + node.comparators:
+                what = _a_sentence(operand, aliases, heads, constants)
+                if what:
+                    found.append((node.lineno, '%s %s' % (_COMPARES[type(node.ops[0])], what)))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in ('startswith', 'endswith') and node.args \
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
@@ -234,6 +279,19 @@ def test_the_rule_catches_what_it_names():
     assert _decisions_on_sentences("text = peer_lever(holder, index)[3:]", heads, writers) == \
         [(1, 'a slice of peer_lever()')]
     assert _decisions_on_sentences("ok = line.startswith('CapEff:')", heads, writers) == []
+    # Issue 32 item 3: a comparison with a sentence, a literal or gpu_say's constant by any
+    # module's name (gpu_flow's `reason == decide.CONTAINER_INIT`, gpu_decide's re-export then);
+    # codes and plain words pass.
+    head = "from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as words\n" \
+           "from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever\n"
+    assert _decisions_on_sentences(head + "x = reason == words.CONTAINER_INIT", heads, writers) == \
+        [(3, '== words.CONTAINER_INIT')]
+    assert _decisions_on_sentences(head + "x = 'came back' in result", heads, writers) == \
+        [(3, "in 'came back'")]
+    assert _decisions_on_sentences(head + "x = result != 'still running'", heads, writers) == \
+        [(3, "!= 'still running'")]
+    assert _decisions_on_sentences(head + "x = why == lever.CONTAINER_INIT", heads, writers) == []
+    assert _decisions_on_sentences(head + "x = signame == 'SIGTERM'", heads, writers) == []
 
 
 def test_a_signal_refusal_is_a_code_and_send_signal_writes_it():

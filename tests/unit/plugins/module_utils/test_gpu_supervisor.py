@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as sup
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_supervisor import Link
 
@@ -166,7 +167,7 @@ def test_the_manual_command_is_exact():
 
 def test_lever_off_names_the_exact_command():
     owner = owner_of(sup.match([holder(), supervisord()], 40), 'worker')
-    said = sup.lever(owner)
+    said = gpu_say.supervised(owner)
     assert '`supervisorctl -c /etc/supervisor/supervisord.conf stop worker`' in said
     assert 'stop_supervised: true' in said
     assert sup.skip_code(owner) == sup.LEVER_OFF
@@ -178,7 +179,7 @@ def test_a_cli_failure_names_the_cli_the_bound_and_how_to_find_the_program():
              'text': '`supervisorctl -c %s status` did not answer within 4.0s' % CONF}
     owner = owner_of(found, None, error=error)
     owner['name'] = None
-    said = sup.lever(owner)
+    said = gpu_say.supervised(owner)
     assert 'did not answer within 4.0s' in said and 'nothing was signalled' in said
     assert '`supervisorctl -c %s stop PROGRAM`' % CONF in said
     assert 'whose pid is 300 with `supervisorctl -c %s status`' % CONF in said

@@ -7,8 +7,10 @@ __metaclass__ = type
 
 import pytest
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import UnitFacts
 
 CID = "9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b"
 ALICE = "/user.slice/user-1000.slice/user@1000.service/app.slice"
@@ -42,7 +44,7 @@ def owner_of(path, first_user_index=None, **confirm):
     return owner
 
 
-SYSTEM_VICTIM = {"victim.service": ("no", "active", "/system.slice/victim.service")}
+SYSTEM_VICTIM = {"victim.service": UnitFacts("no", "active", "/system.slice/victim.service")}
 
 
 @pytest.mark.parametrize("inner", [
@@ -86,7 +88,7 @@ def test_a_directory_root_does_not_own_hands_its_childrens_names_to_its_owner():
     assert (owner["kind"], owner["controlled_by"], owner["uid"]) == ("user", "user", 1000)
     assert trust.refusal(trust.STOP_CONTAINER, owner) == trust.USER_CGROUP
     top = owner_of("/system.slice/job.service", first_user_index=1,
-                   units={"job.service": ("always", "active", "/system.slice/job.service")})
+                   units={"job.service": UnitFacts("always", "active", "/system.slice/job.service")})
     assert (top["kind"], top["unit"], top["controlled_by"]) == ("service", "job.service", "root")
     assert trust.refusal(trust.STOP_UNIT, top) is None
 
@@ -113,23 +115,23 @@ def test_a_path_she_named_in_any_hierarchy_makes_the_process_hers():
 def test_a_system_unit_counts_only_when_systemd_confirms_its_control_group():
     path = "/system.slice/sglang.service"
     assert trust.refusal(trust.STOP_UNIT, owner_of(path, units={
-        "sglang.service": ("always", "active", path)})) is None
+        "sglang.service": UnitFacts("always", "active", path)})) is None
     assert trust.refusal(trust.STOP_UNIT, owner_of(path)) == trust.UNCONFIRMED
     # A unit systemd knows elsewhere (or not loaded: ControlGroup empty) is not this cgroup's.
     for other in ("/system.slice/other/sglang.service", "", None):
         assert trust.refusal(trust.STOP_UNIT, owner_of(path, units={
-            "sglang.service": ("always", "inactive", other)})) == trust.UNCONFIRMED
+            "sglang.service": UnitFacts("always", "inactive", other)})) == trust.UNCONFIRMED
 
 
 def test_a_users_service_is_her_managers_unit_not_the_systems():
     path = "%s/vllm.service" % ALICE
     owner = owner_of(path, first_user_index=2,
-                     user_units={(1000, "vllm.service"): ("always", "active", path)})
+                     user_units={(1000, "vllm.service"): UnitFacts("always", "active", path)})
     assert (owner["unit"], owner["manager"], owner["confirmed"]) == ("vllm.service", "user", True)
     assert trust.refusal(trust.STOP_UNIT, owner) == trust.USER_CGROUP
     assert trust.refusal(trust.STOP_USER_UNIT, owner) is None
     # Her manager knows no such unit there (a directory she made): nothing to stop anywhere.
-    bare = owner_of(path, first_user_index=2, user_units={(1000, "vllm.service"): (None, None, None)})
+    bare = owner_of(path, first_user_index=2, user_units={(1000, "vllm.service"): UnitFacts()})
     assert trust.refusal(trust.STOP_USER_UNIT, bare) == trust.UNCONFIRMED
 
 
@@ -166,7 +168,7 @@ def test_an_infrastructure_name_shields_a_root_process_from_a_root_owned_file_on
 
 def test_an_infrastructure_name_in_a_confirmed_never_stopped_unit_is_shielded():
     path = "/system.slice/nvidia-persistenced.service"
-    owner = owner_of(path, units={"nvidia-persistenced.service": ("always", "active", path)})
+    owner = owner_of(path, units={"nvidia-persistenced.service": UnitFacts("always", "active", path)})
     alice = {"uids": (1000,) * 4, "exe_uid": 0}
     assert trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, alice, protected_unit=True) is None
     assert trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, alice, protected_unit=False) == trust.NOT_ROOT
@@ -181,9 +183,9 @@ def test_a_users_manager_is_shielded_as_the_main_process_of_user_at_uid_service_
     manager = proc(132, name="systemd", cmdline="/lib/systemd/systemd --user",
                    cgroup=hybrid("/user.slice/user-1000.slice/user@1000.service/init.scope"))
     manager.uids, manager.exe_uid = (1000,) * 4, 0
-    facts = {"user@1000.service": (None, "active", "/user.slice/user-1000.slice/user@1000.service", 132)}
-    assert "infrastructure (systemd)" in decide.protection_reason(manager, set(), [], units=facts)
-    assert decide.protection_reason(manager, set(), [], units={}) is None
+    facts = {"user@1000.service": UnitFacts(None, "active", "/user.slice/user-1000.slice/user@1000.service", 132)}
+    assert decide.protection_code(manager, set(), [], units=facts) == (lever.INFRASTRUCTURE, "systemd")
+    assert decide.protection_code(manager, set(), [], units={}) == (None, None)
     impostor = proc(133, name="systemd", cmdline="systemd --user", cgroup=manager.cgroup)
     impostor.uids, impostor.exe_uid = (1000,) * 4, 0
-    assert decide.protection_reason(impostor, set(), [], units=facts) is None
+    assert decide.protection_code(impostor, set(), [], units=facts) == (None, None)

@@ -10,8 +10,8 @@ import yaml
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, survey_result
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import NvmlTimeout
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_vendor import GpuBackend
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_backend import GpuBackend
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import NvmlTimeout, UnitFacts
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
 
 from ..module_utils.test_gpu_flow import (
@@ -60,7 +60,7 @@ def reclaim_results(lock_path):
         Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), NvmlTimeout('hung')), actor=ScriptedActor()).run(),
     ]
     unit = held_by((12, 'exits-on-term'), cgroup='0::/system.slice/gpuhog.service',
-                   units={'gpuhog.service': ('always', 'active', '/system.slice/gpuhog.service')})
+                   units={'gpuhog.service': UnitFacts('always', 'active', '/system.slice/gpuhog.service')})
     results.append(Ladder(ScriptedSurveyor(unit, free()), actor=ScriptedActor()).run())
     results.append(Ladder(ScriptedSurveyor(container_held(nspid=[10, 1])), check_mode=True).run())
     guest = held_by((15, 'exits-on-term'))
