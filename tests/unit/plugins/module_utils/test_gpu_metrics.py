@@ -333,3 +333,10 @@ def test_a_bad_time_span_is_named(span):
 def test_the_timer_interval_is_exported_only_when_given():
     assert value(gpu_metrics.families(run(interval_s=360.0), FRESH), 'gpuops_reclaim_timer_interval_seconds') == 360.0
     assert 'gpuops_reclaim_timer_interval_seconds' not in set(f.name for f in gpu_metrics.families(run(), FRESH))
+
+
+def test_the_lever_codes_read_are_the_ladders_own_step_codes():
+    """gpu_metrics names the step codes as literals (its payload ships without gpu_lever); each
+    must be a code the ladder really writes, or a renamed code would count nothing, silently."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever  # pylint: disable=import-outside-toplevel
+    assert set(gpu_metrics.ENDED_CODES) <= set(gpu_lever.STEPS), set(gpu_metrics.ENDED_CODES) - set(gpu_lever.STEPS)
