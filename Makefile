@@ -15,7 +15,7 @@ LAB         := tests/lab/lab
 COLL_LINK   := .build/collections/ansible_collections/gpuops/reclaim
 COLL_TARBALL = $(shell sed -n 's/^namespace: *//p' galaxy.yml)-$(shell sed -n 's/^name: *//p' galaxy.yml)-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
-.PHONY: help venv host-deps fakegpu collection-link proxmox-collection unit units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test lab-test-plain lab-test-containers lab-test-runtimes molecule molecule-scenarios molecule-scenarios2 molecule-docker inotify-room test demo clean lab-down
+.PHONY: help venv host-deps fakegpu collection-link proxmox-collection unit rules-check units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test lab-test-plain lab-test-containers lab-test-runtimes molecule molecule-scenarios molecule-scenarios2 molecule-docker inotify-room test demo clean lab-down
 
 help:
 	@echo "make test   - unit, sanity, lint, build, lab integration and Molecule"
@@ -73,6 +73,16 @@ SKIP_DIR := .build/skips
 unit: venv fakegpu collection-link
 	mkdir -p $(SKIP_DIR)
 	$(VPY) -m pytest -q -rsx tests/unit 2>&1 | tee $(SKIP_DIR)/unit.log
+
+# The alert rules shipped in prometheus/ (promtool check rules, and each alert firing and not firing:
+# promtool test rules), and the run_metrics module's output through promtool's parser (check metrics).
+# promtool comes from Debian's prometheus package, unpacked by tests/prometheus/fetch: installed, the
+# package would start a Prometheus server on :9090 (issue 33).
+rules-check: venv collection-link
+	tests/prometheus/fetch
+	.build/prometheus/promtool check rules prometheus/gpuops-reclaim.rules.yml
+	.build/prometheus/promtool test rules tests/prometheus/gpuops-reclaim.rules.test.yml
+	GPUOPS_REQUIRE_PROMTOOL=1 $(VPY) -m pytest -q tests/unit/plugins/module_utils/test_prom_text.py tests/unit/plugins/module_utils/test_gpu_metrics.py
 
 # Sanity once per ansible-core version claimed: the pinned one in .venv (2.19) and the
 # oldest (tests/sanity/requirements-oldest.txt, 2.16) in a venv of its own; each version
@@ -198,7 +208,7 @@ molecule: molecule-scenarios molecule-scenarios2 molecule-docker
 # one after another (tests/run_stages.py; each stage's log whole in .build/logs/STAGE.log, printed
 # when it ends). Lab stages that share a lab share a lane. Add a stage here.
 TEST_LANES := \
-	unit+sanity+lint+changelog-lint+build+import-check+ee-check \
+	unit+rules-check+sanity+lint+changelog-lint+build+import-check+ee-check \
 	lab-test-plain \
 	lab-test-containers \
 	lab-test-runtimes+molecule-docker \

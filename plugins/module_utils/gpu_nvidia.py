@@ -12,9 +12,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import re
+import stat
 import subprocess
+import time
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
     GpuState, NvmlTimeout, ObserveError, bounded, which)
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_vendor import GpuBackend
@@ -29,6 +33,52 @@ MIB = 1024 * 1024
 NVML_VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 _HUNG = ('the driver is hung or busy; no process was signalled. Check `dmesg` for Xid errors; a hung '
          'driver usually needs a GPU reset or a reboot.')
+
+
+# The driver's own report of a fault: `NVRM: Xid (PCI:0000:18:00): 79, pid=..., GPU has fallen
+# off the bus.` (NVIDIA's Xid catalog; some drivers add the function: PCI:0000:18:00.0).
+_XID_LINE = re.compile(r'NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.[0-7])?\): '
+                       r'(\d+),? ?(.*)$')
+# How much of a kernel log the Xid reader reads (the newest part): a boot's Xid lines are
+# few, and the bound keeps a flooded log from costing the run its time.
+XID_LOG_BYTES = 1 << 20
+XID_LINES = 2000
+
+
+def parse_xid_lines(text, since=None):
+    """The Xid events in kernel log lines as `journalctl -k -o short-unix` prints them (epoch
+    seconds first), at or after `since`."""
+    events = []
+    for line in text.splitlines():
+        match = _XID_LINE.search(line)
+        if match is None:
+            continue
+        try:
+            at = float(line.split(None, 1)[0])
+        except (IndexError, ValueError):
+            continue
+        if since is not None and at < since:
+            continue
+        domain, bus, device, xid, rest = match.groups()
+        events.append(observe.XidEvent(at, (int(domain, 16), int(bus, 16), int(device, 16)),
+                                       int(xid), rest.strip()))
+    return events
+
+
+def _read_log_file(path):
+    """The newest XID_LOG_BYTES of `path`, a file root (or this user) owns and no one else may
+    write: a node user must not choose what stops a start."""
+    try:
+        with open(path, 'rb') as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_uid not in (0, os.geteuid()) \
+                    or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise ObserveError('xid_log %s is not a regular file that only root (or uid %d) '
+                                   'may write' % (path, os.geteuid()))
+            handle.seek(max(0, info.st_size - XID_LOG_BYTES))
+            return handle.read().decode('utf-8', 'replace')
+    except (IOError, OSError) as exc:
+        raise ObserveError('cannot read xid_log %s: %s' % (path, exc))
 
 
 class NvidiaBackend(GpuBackend):
@@ -47,6 +97,31 @@ class NvidiaBackend(GpuBackend):
 
     def gpu_nodes(self, gpu_minor):
         return ('%s/nvidia%d' % (self.dev_dir, gpu_minor),)
+
+    def read_xids(self, since, timeout, log=None):
+        """The driver's Xid lines since `since` (None: since boot), from the kernel log through
+        `journalctl -k` (this boot only: a reboot clears what it prescribed), or from the file
+        `log` in the same format (a host whose kernel log is kept elsewhere; the lab's stand-in
+        driver writes one, tests/fakegpu). Bounded by `timeout` and by XID_LINES lines."""
+        if log:
+            return parse_xid_lines(_read_log_file(log), since)
+        argv = ['journalctl', '-k', '-o', 'short-unix', '--no-pager', '-q', '-n', str(XID_LINES),
+                '--grep', 'NVRM: Xid']
+        if since is not None:
+            argv += ['--since', '@%d' % int(since)]
+        if which('journalctl') is None:
+            raise ObserveError('journalctl is not on PATH: the kernel log cannot be read for Xid '
+                               'errors (set xid_log to a file that holds it)')
+        try:
+            out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                                 check=False, universal_newlines=True)
+        except subprocess.TimeoutExpired:
+            raise NvmlTimeout('%s did not answer within nvml_timeout=%ss' % (' '.join(argv), timeout))
+        # journalctl --grep exits 1 when nothing matches ("-- No entries --" without -q).
+        if out.returncode not in (0, 1) or (out.returncode == 1 and out.stderr.strip()):
+            raise ObserveError('%s failed (rc=%d): %s' % (' '.join(argv), out.returncode,
+                                                          (out.stderr or out.stdout).strip()[:300]))
+        return parse_xid_lines(out.stdout, since)
 
     def reset_commands(self, index, persistence_mode):
         """nvidia-smi --gpu-reset, with persistence mode off for the reset and restored."""
@@ -120,8 +195,7 @@ class NvmlBackend(NvidiaBackend):
             pynvml.nvmlInit()
             self.initialised = True
         try:
-            return [self._gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
-                    for index in range(pynvml.nvmlDeviceGetCount())]
+            return [self._gpu_or_lost(index) for index in range(pynvml.nvmlDeviceGetCount())]
         finally:
             if not self.held:
                 self.initialised = False
@@ -129,6 +203,69 @@ class NvmlBackend(NvidiaBackend):
                     pynvml.nvmlShutdown()
                 except pynvml.NVMLError:
                     pass
+
+    def _gpu_or_lost(self, index):
+        """GPU `index`, or where NVML answers "GPU is lost" (fallen off the bus: Xid 79) an
+        empty GPU with no identity, so that the survey reads the others and the health read
+        names this one."""
+        try:
+            return self._gpu(index, pynvml.nvmlDeviceGetHandleByIndex(index))
+        except pynvml.NVMLError as exc:
+            if exc.value != pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            return GpuState(index=index, uuid='', name='', pci_bus_id='', minor=None, nodes=(),
+                            total_mib=0, used_mib=0, reserved_mib=0, processes=[])
+
+    def read_health(self, index, timeout):
+        """Five reads, each bounded by `timeout`; the first that hangs ends the rest (named
+        skipped). Measured on an H100 with driver 580.159.04: remapped rows (0, 0, 0, 0),
+        retired pages Not Supported (Hopper remaps rows instead), field 230 0."""
+        values, unread, took = {}, {}, {}
+        reads = (
+            ('driver', lambda: self._health_handle(index)),
+            ('remapped_rows', lambda: tuple(int(v) for v in pynvml.nvmlDeviceGetRemappedRows(values['driver']))),
+            ('ecc_volatile_uncorrected', lambda: int(pynvml.nvmlDeviceGetTotalEccErrors(
+                values['driver'], pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))),
+            ('retired_pages_pending', lambda: bool(pynvml.nvmlDeviceGetRetiredPagesPendingStatus(values['driver']))),
+            ('recovery_action', lambda: _recovery_action(values['driver'])),
+        )
+        lost = False
+        for read, fn in reads:
+            if lost:
+                continue   # "GPU is lost" says it all: no read answers
+            if 'driver' in unread:
+                unread[read] = (observe.READ_SKIPPED, 'GPU %d: no handle' % index)
+                continue
+            started = time.time()
+            try:
+                values[read] = bounded(fn, timeout, 'GPU %d: NVML did not answer the %s read within '
+                                       'nvml_timeout=%ss' % (index, read, timeout))
+            except NvmlTimeout as exc:
+                unread[read] = (observe.READ_HUNG, str(exc))
+                self.held = self.initialised = False   # the call is still stuck in the driver
+                for rest, _fn in reads[[r for r, _f in reads].index(read) + 1:]:
+                    unread[rest] = (observe.READ_SKIPPED, 'an earlier read hung: %s' % exc)
+                took[read] = _ms(started)
+                break
+            except pynvml.NVMLError as exc:
+                if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                    lost = True
+                elif exc.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                    unread[read] = (observe.UNSUPPORTED, 'GPU %d: %s: %s' % (index, read, exc))
+                else:
+                    unread[read] = (observe.READ_FAILED, 'GPU %d: %s: %s' % (index, read, exc))
+            took[read] = _ms(started)
+        return observe.GpuHealth(
+            index=index, lost=lost, remapped_rows=values.get('remapped_rows'),
+            ecc_volatile_uncorrected=values.get('ecc_volatile_uncorrected'),
+            retired_pages_pending=values.get('retired_pages_pending'),
+            recovery_action=values.get('recovery_action'), unread=unread, took_ms=took)
+
+    def _health_handle(self, index):
+        if not self.initialised:
+            pynvml.nvmlInit()
+            self.initialised = True
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
 
     def _gpu(self, index, handle):
         try:
@@ -156,6 +293,24 @@ class NvmlBackend(NvidiaBackend):
             processes=_nvml_processes(handle),
             persistence_mode=persistence,
         )
+
+
+def _ms(started):
+    return round((time.time() - started) * 1000.0, 3)
+
+
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h, driver 580; nvidia-ml-py 13.580): the action the
+# driver prescribes, nvmlGpuRecoveryAction_t (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
+# 4 drain and reset, 5 GPU reset through the bus). Older bindings lack the constant.
+FI_RECOVERY_ACTION = 230
+
+
+def _recovery_action(handle):
+    field = getattr(pynvml, 'NVML_FI_DEV_GET_GPU_RECOVERY_ACTION', FI_RECOVERY_ACTION)
+    value = pynvml.nvmlDeviceGetFieldValues(handle, [field])[0]
+    if value.nvmlReturn != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(value.nvmlReturn)
+    return int(value.value.uiVal)
 
 
 def _nvml_processes(handle):

@@ -88,6 +88,75 @@ class GpuState(object):
         self.persistence_mode = persistence_mode
 
 
+# One GPU's health as its driver answers it (issue 30 item 6); gpu_health judges it. A value
+# is None where that read gave no answer, and `unread` maps the read's name (HEALTH_READS) to
+# (code, text): UNSUPPORTED (the GPU has no such counter: retired pages on Ampere and later),
+# READ_FAILED, READ_HUNG (no answer within the bound), READ_SKIPPED (an earlier read hung).
+# `remapped_rows` is (correctable, uncorrectable, pending, failed) as NVML counts them;
+# `took_ms` maps each read to its time.
+GpuHealth = collections.namedtuple(
+    'GpuHealth', 'index lost remapped_rows ecc_volatile_uncorrected retired_pages_pending '
+                 'recovery_action unread took_ms')
+HEALTH_READS = ('driver', 'remapped_rows', 'ecc_volatile_uncorrected', 'retired_pages_pending',
+                'recovery_action')
+XID_READ = 'xid'
+UNSUPPORTED = 'not_supported'
+READ_FAILED = 'failed'
+READ_HUNG = 'hung'
+READ_SKIPPED = 'skipped'
+# One Xid the kernel log holds: when (epoch seconds), the GPU's PCI address as (domain, bus,
+# device), the Xid number and the rest of the driver's line.
+XidEvent = collections.namedtuple('XidEvent', 'at pci xid text')
+
+
+def pci_address(bus_id):
+    """(domain, bus, device) of a PCI bus id such as 00000000:18:00.0, or None."""
+    try:
+        domain, bus, rest = bus_id.split(':')
+        return (int(domain, 16), int(bus, 16), int(rest.split('.')[0], 16))
+    except (AttributeError, ValueError):
+        return None
+
+
+def skipped_health(index, why):
+    """The record of a GPU whose reads were not made (`why`: an earlier read hung)."""
+    return GpuHealth(index, None, None, None, None, None,
+                     dict((read, (READ_SKIPPED, why)) for read in HEALTH_READS), {})
+
+
+def take_health(backend, indices, timeout, xid_since=None, xid_log=None):
+    """The health of GPUs `indices` through `backend` (read_health, read_xids), each read
+    bounded by `timeout`. Once one read hangs, the others are not made (a hung driver would
+    make each wait its whole bound), so the whole costs one bound at most per source.
+    Returns ({index: GpuHealth}, [XidEvent] or None, (code, text) or None: why the Xids were
+    not read)."""
+    records = {}
+    hung = None
+    backend.hold_session()
+    try:
+        for index in indices:
+            if hung is not None:
+                records[index] = skipped_health(index, hung)
+                continue
+            records[index] = record = backend.read_health(index, timeout)
+            hung = next((text for code, text in record.unread.values() if code == READ_HUNG), None)
+    finally:
+        if hung is None:
+            backend.end_session(timeout)
+    xids, unread = None, None
+    started = time.time()
+    try:
+        xids = backend.read_xids(xid_since, timeout, xid_log)
+    except NvmlTimeout as exc:
+        unread = (READ_HUNG, str(exc))
+    except ObserveError as exc:
+        unread = (READ_FAILED, str(exc))
+    took = round((time.time() - started) * 1000.0, 3)
+    for record in records.values():
+        record.took_ms[XID_READ] = took     # one read of the log for every GPU
+    return records, xids, unread
+
+
 class ProcState(object):
     """One process as /proc reports it, with what it holds under the device directory."""
 

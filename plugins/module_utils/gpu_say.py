@@ -590,3 +590,74 @@ def program_back(pid, watched):
 
 def not_listed(pid):
     return 'its status lists no program with PID %d' % pid
+
+
+# GPU health (gpu_health; issue 30 item 6): what was read, and the lever NVIDIA prescribes.
+_RECOVERY_ACTIONS = {1: 'GPU reset', 2: 'node reboot', 3: 'drain P2P', 4: 'drain and reset',
+                     5: 'GPU reset through the bus'}
+
+
+def _health_fact(code, facts):
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_health as health
+    if code == health.LOST:
+        return 'NVML answers "GPU is lost" (it fell off the bus)'
+    if code == health.RECOVERY_ACTION:
+        action = facts['recovery_action']
+        return "the driver's recovery action field reads %d (%s)" % (action, _RECOVERY_ACTIONS.get(action, 'unknown'))
+    if code == health.ROW_REMAP_FAILED:
+        return 'a row remapping failed (%d uncorrectable rows remapped): the GPU has no spare rows left' % (
+            facts['remapped_rows']['uncorrectable'])
+    if code == health.CRITICAL_XID:
+        last = [x for x in facts['xids'] if x['xid'] in facts['critical_xids']][-1]
+        return 'critical Xid %s in the kernel log since the last good start (last: Xid %d at %s: %s)' % (
+            ', '.join(str(x) for x in facts['critical_xids']), last['xid'],
+            _utc(last['at']), escape_text(last['text'][:160]))
+    if code == health.ROW_REMAP_PENDING:
+        return 'a row remapping is pending (it takes effect at the next GPU reset)'
+    if code == health.ECC_UNCORRECTED:
+        return '%d volatile uncorrectable ECC errors since the driver loaded' % facts['ecc_volatile_uncorrected']
+    if code == health.RETIRED_PENDING:
+        return 'retired pages are pending (they are retired at the next GPU reset)'
+    raise ValueError('no sentence for the health code %r' % (code,))
+
+
+def _utc(at):
+    import time
+    return time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))
+
+
+def health_lever(lever_code, index, held_by=None):
+    """The lever NVIDIA prescribes, as the command or step a person takes for GPU `index`
+    (`held_by`: the PIDs that still hold it, which a reset must wait for)."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_health as health
+    if lever_code == health.RESET:
+        reset = '`nvidia-smi --gpu-reset -i %d`' % index
+        if held_by:
+            return 'reset the GPU once nothing holds it (held by PID %s: stop them, then %s)' % (
+                ', '.join(str(pid) for pid in held_by), reset)
+        return 'reset the GPU (nothing holds it): %s' % reset
+    if lever_code == health.REBOOT:
+        return 'reboot the node'
+    if lever_code == health.DRAIN_RESET:
+        return 'drain the GPU work on the node, then reset the GPU (`nvidia-smi --gpu-reset -i %d`)' % index
+    if lever_code == health.DRAIN_P2P:
+        return 'drain the work that uses peer-to-peer (NVLink) with this GPU'
+    if lever_code == health.SERVICE:
+        return "take the GPU out of service and run NVIDIA's field diagnostics (RMA if they fail)"
+    raise ValueError('no sentence for the health lever %r' % (lever_code,))
+
+
+def health(index, verdict, held_by=None):
+    """One GPU's health in a sentence: the GPU, every problem read, and the lever; None when
+    healthy. For `unread`, which read failed or hung and why."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_health as health_codes
+    facts = verdict['facts']
+    if verdict['code'] == health_codes.HEALTHY:
+        return None
+    if verdict['code'] == health_codes.UNREAD:
+        return 'GPU %d: its health is not fully known: %s' % (index, '; '.join(
+            '%s %s (%s)' % (read, item['code'], item['text'])
+            for read, item in sorted(facts['unread'].items(), key=lambda pair: (pair[1]['code'] != 'hung', pair[0]))))
+    return 'GPU %d is unhealthy: %s. NVIDIA prescribes: %s.' % (
+        index, '; '.join(_health_fact(code, facts) for code in facts['problems']),
+        health_lever(verdict['lever'], index, held_by))

@@ -48,6 +48,23 @@ class GpuBackend(object):
         """Let go of what hold_session kept (before a reset, and when the run ends), bounded by
         `timeout`; never raises."""
 
+    def read_health(self, index, timeout):
+        """GPU `index`'s health as a gpu_observe.GpuHealth, each read bounded by `timeout`; a
+        read that fails or hangs is named in its `unread`, never raised. A backend that reads
+        no health says so for every read: unread, never healthy."""
+        from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe
+        why = 'the %s backend reads no GPU health (install nvidia-ml-py)' % (self.name or 'this')
+        return gpu_observe.GpuHealth(index, None, None, None, None, None,
+                                     dict((read, (gpu_observe.READ_FAILED, why))
+                                          for read in gpu_observe.HEALTH_READS), {})
+
+    def read_xids(self, since, timeout, log=None):
+        """The critical-error events the vendor's driver logged since `since` (epoch seconds;
+        None: since boot) as gpu_observe.XidEvent, from the kernel log or the file `log`,
+        bounded by `timeout`; raises gpu_observe.ObserveError or NvmlTimeout. None: this
+        backend knows no such log."""
+        return None
+
     def node_paths(self):
         """The path prefixes under which the scan looks for open or mapped device nodes."""
         return tuple('%s/%s' % (self.dev_dir, prefix) for prefix in self.node_prefixes)

@@ -62,6 +62,27 @@ options:
         that closed its fds). RV(scan) says which was done.
     type: bool
     default: true
+  health:
+    description:
+      - Read each selected GPU's health into RV(gpus[].health), whether NVML reaches it, row
+        remapping, volatile uncorrectable ECC errors, retired pages pending, the driver's recovery
+        action field, and critical Xid errors in the kernel log.
+      - Each read is bounded by O(nvml_timeout); one that fails or hangs is named in
+        C(facts.unread) of RV(gpus[].health) and the reads after a hung one are not made.
+    type: bool
+    default: true
+  xid_since:
+    description:
+      - Count Xid errors logged at or after this time (epoch seconds), e.g. the last good start
+        of the server on these GPUs. Null counts every Xid of this boot.
+    type: float
+  xid_log:
+    description:
+      - Read Xid lines from this file instead of the kernel log (C(journalctl -k)); each line as
+        C(journalctl -k -o short-unix) prints it (epoch seconds first). The file must be a
+        regular file only root (or the module's user) may write. The lab's stand-in driver
+        writes one (C(fakegpu xid)).
+    type: path
 extends_documentation_fragment:
   - gpuops.reclaim.gpu_survey
   - gpuops.reclaim.read_only
@@ -157,6 +178,32 @@ gpus:
       description: "No context on it and used memory within O(free_threshold_mib)."
       type: bool
       returned: success
+    health:
+      description:
+        - "With O(health): what the driver says of this GPU's health, judged (issue 30). C(code) is
+          the worst problem found: lost (NVML answers GPU is lost), recovery_action (the driver's
+          field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION asks for an action), row_remap_failed,
+          critical_xid, row_remap_pending, ecc_uncorrected (volatile uncorrectable ECC errors),
+          retired_pages_pending; or unread (nothing wrong was read but a read failed or hung) or
+          healthy."
+        - "C(lever): what NVIDIA prescribes for the problems found, the heaviest of them: reboot,
+          service (field diagnostics, RMA), drain_reset, drain_p2p, reset (once nothing holds the
+          GPU); null when healthy or unread."
+        - "C(facts): C(lost), C(remapped_rows) ({correctable, uncorrectable, pending, failed} or
+          null), C(ecc_volatile_uncorrected), C(retired_pages_pending) (null where Not Supported:
+          Ampere and later remap rows instead), C(recovery_action) (0 none, 1 GPU reset, 2 node
+          reboot, 3 drain P2P, 4 drain and reset, 5 bus reset), C(xids) (each {xid, at, text}
+          logged for this GPU since O(xid_since)), C(critical_xids), C(problems) (every code
+          found, worst first), C(unsupported) (reads the GPU does not support), C(unread)
+          (read -> {code: failed, hung or skipped, text}), C(took_ms) (read -> milliseconds)."
+        - "C(message): the sentence (null when healthy): the GPU, each fact and the lever."
+      type: dict
+      returned: when O(health)
+      sample: {code: row_remap_pending, lever: reset, message: "GPU 1 is unhealthy: a row remapping is pending ...",
+               facts: {lost: false, remapped_rows: {correctable: 0, uncorrectable: 1, pending: 1, failed: 0},
+                       ecc_volatile_uncorrected: 0, retired_pages_pending: null, recovery_action: 0, xids: [],
+                       critical_xids: [], problems: [row_remap_pending], unsupported: [retired_pages_pending],
+                       unread: {}, took_ms: {driver: 0.1, remapped_rows: 0.05}}}
   sample:
     - {index: 2, uuid: GPU-5d1c..., name: NVIDIA H200, pci_bus_id: "00000000:3B:00.0", minor_number: 2,
        memory_total_mib: 143771, memory_used_mib: 76107, memory_reserved_mib: 615, persistence_mode: true,
@@ -401,13 +448,17 @@ scan:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_health as health
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
     SURVEY_ARGUMENT_SPEC, survey_param_error, survey_result, surveyor_from_params)
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC, handles=dict(type='bool', default=True)),
+    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC, handles=dict(type='bool', default=True),
+                                              health=dict(type='bool', default=True),
+                                              xid_since=dict(type='float'), xid_log=dict(type='path')),
                            supports_check_mode=True)
     error = survey_param_error(module.params)
     if error:
@@ -415,11 +466,25 @@ def main():
     try:
         surveyor = surveyor_from_params(module.params)
         result = survey_result(surveyor.survey(full=module.params['handles']))
+        if module.params['health']:
+            add_health(result['gpus'], surveyor, module.params)
     except (ValueError, observe.ObserveError) as exc:
         module.fail_json(msg=str(exc))
     if surveyor.backend.warning:
         module.warn(surveyor.backend.warning)
     module.exit_json(changed=False, **result)
+
+
+def add_health(rows, surveyor, params):
+    """Each row's `health` (gpu_health's verdict and gpu_say's sentence)."""
+    records, xids, xid_unread = observe.take_health(
+        surveyor.backend, [row['index'] for row in rows], surveyor.nvml_timeout,
+        xid_since=params['xid_since'], xid_log=params['xid_log'])
+    verdicts = health.verdicts(rows, records, xids, xid_unread)
+    for row in rows:
+        verdict = verdicts[row['index']]
+        verdict['message'] = say.health(row['index'], verdict, held_by=row['holders'])
+        row['health'] = verdict
 
 
 if __name__ == '__main__':

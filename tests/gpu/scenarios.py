@@ -13,7 +13,7 @@ import subprocess
 import time
 
 from suite import (MIB, WORKLOAD, Nvml, Skip, StepError, alive, comm_of, nvidia_nodes, proc_identity,
-                   smi_table, wait_for)
+                   pynvml, smi_table, wait_for)
 
 TERM_TIMEOUT = 3
 RELEASE_TIMEOUT = 30
@@ -1175,6 +1175,88 @@ def s14_respawn_grandparent(ctx):
 
 
 # name, title, function, time limit (s), needs ansible, needs GPUs
+# --- 15 ---------------------------------------------------------------------------------------------------
+
+def _timed(fn):
+    """(answer, ms): the answer, or {'error': NVML's words, 'value': its code}."""
+    started = time.monotonic()
+    try:
+        answer = fn()
+    except pynvml.NVMLError as exc:
+        answer = {'error': str(exc), 'value': exc.value}
+    return answer, round((time.monotonic() - started) * 1000.0, 3)
+
+
+def _health_reads(index):
+    """What the driver answers for GPU `index`'s health, each read timed, in one open session."""
+    reads = {}
+    with Nvml() as nv:
+        handle = nv.handles[index]
+        reads['remapped_rows'] = _timed(lambda: list(pynvml.nvmlDeviceGetRemappedRows(handle)))
+        reads['ecc_volatile_uncorrected'] = _timed(lambda: pynvml.nvmlDeviceGetTotalEccErrors(
+            handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))
+        reads['retired_pages_pending'] = _timed(lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+
+        def recovery():
+            value = pynvml.nvmlDeviceGetFieldValues(handle, [230])[0]   # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+            return {'nvml_return': value.nvmlReturn, 'value_type': value.valueType, 'value': value.value.uiVal}
+        reads['recovery_action'] = _timed(recovery)
+
+        def xid_events():
+            events = pynvml.nvmlEventSetCreate()
+            try:
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, events)
+                try:
+                    data = pynvml.nvmlEventSetWait_v2(events, 50)
+                    return {'event': int(data.eventData)}
+                except pynvml.NVMLError as exc:
+                    return {'wait': str(exc), 'value': exc.value}
+            finally:
+                pynvml.nvmlEventSetFree(events)
+        reads['xid_event_wait_50ms'] = _timed(xid_events)
+    return reads
+
+
+def s15_gpu_health(ctx):
+    """Issue 30 item 6: the health reads on the real card, and gpu_holders' verdict on them."""
+    suite = ctx.suite
+    index = suite.test_gpus[0]
+    reads = _health_reads(index)
+    ctx.num('reads', dict((name, {'answer': answer, 'ms': ms}) for name, (answer, ms) in reads.items()))
+    remapped = reads['remapped_rows'][0]
+    ctx.check('remapped rows answer, none pending and none failed',
+              isinstance(remapped, list) and remapped[2] == 0 and remapped[3] == 0, remapped)
+    ecc = reads['ecc_volatile_uncorrected'][0]
+    ctx.check('no volatile uncorrectable ECC error', ecc == 0, ecc)
+    retired = reads['retired_pages_pending'][0]
+    ctx.check('retired pages pending: a value (0) or Not Supported (Ampere and later)',
+              retired == 0 or (isinstance(retired, dict) and retired.get('value') == pynvml.NVML_ERROR_NOT_SUPPORTED),
+              retired)
+    recovery = reads['recovery_action'][0]
+    ctx.check('recovery action field 230 answers 0 (none)',
+              isinstance(recovery, dict) and recovery.get('nvml_return') == 0 and recovery.get('value') == 0, recovery)
+    xid = reads['xid_event_wait_50ms'][0]
+    ctx.check('registering for critical Xid events works and a 50 ms wait times out',
+              isinstance(xid, dict) and xid.get('value') == pynvml.NVML_ERROR_TIMEOUT, xid)
+
+    call, res = ctx.ansible('gpu_holders', {'gpus': [str(index)], 'handles': False, 'health': True})
+    ctx.num('gpu_holders_ansible_wall_s', call['wall_s'])
+    ctx.check('gpu_holders with health succeeded', call['rc'] == 0 and not res.get('failed'), res.get('msg'))
+    rows = dict((r['index'], r) for r in res.get('gpus') or [])
+    health = (rows.get(index) or {}).get('health') or {}
+    facts = health.get('facts') or {}
+    ctx.num('module_health', health)
+    ctx.num('module_took_ms', facts.get('took_ms'))
+    ctx.check('gpu_holders reads GPU %d healthy' % index, health.get('code') == 'healthy', health.get('message'))
+    ctx.check('its facts are what the driver answered directly',
+              isinstance(remapped, list) and facts.get('remapped_rows') == dict(zip(
+                  ('correctable', 'uncorrectable', 'pending', 'failed'), remapped))
+              and facts.get('ecc_volatile_uncorrected') == ecc and facts.get('recovery_action') == 0,
+              {'module': facts, 'direct': reads})
+    ctx.check('the kernel log was read for Xids (journalctl -k)', 'xid' not in (facts.get('unread') or {}),
+              facts.get('unread'))
+
+
 SCENARIOS = [
     ('s1', 'NVML facts: a torch holder is listed with its memory; SIGKILL releases it', s1_nvml_facts,
      90, False, 1),
@@ -1203,6 +1285,8 @@ SCENARIOS = [
      'ends the loop, never free while it lives', s13_respawn_parent, 150, True, 1),
     ('s14', 'the same loop one level up: it restarts a launcher whose child is the worker', s14_respawn_grandparent,
      150, True, 1),
+    ('s15', 'GPU health: remapped rows, volatile uncorrectable ECC, retired pages, recovery action 230, Xid '
+     'events, each read timed; gpu_holders reads it healthy', s15_gpu_health, 60, True, 1),
 ]
 
 __all__ = ['SCENARIOS', 'StepError']

@@ -14,9 +14,9 @@ import tarfile
 import yaml
 
 SHIPPED_TOP = {"FILES.json", "MANIFEST.json", "LICENSE", "README.md", "CHANGELOG.rst",
-               "changelogs", "meta", "playbooks", "plugins", "roles"}
+               "changelogs", "meta", "playbooks", "plugins", "prometheus", "roles"}
 REQUIRED = {"LICENSE", "README.md", "CHANGELOG.rst", "changelogs/changelog.yaml", "meta/runtime.yml",
-            "meta/execution-environment.yml"}
+            "meta/execution-environment.yml", "prometheus/gpuops-reclaim.rules.yml"}
 NEVER = ("__pycache__", ".pyc", ".c", ".o", ".so", ".so.1")
 
 

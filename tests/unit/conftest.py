@@ -18,3 +18,15 @@ def stand_in_lib():
     """tests/fakegpu/build/libnvidia-ml.so.1, built once per session."""
     from fakegpulib.testing import build_lib  # pylint: disable=import-outside-toplevel
     build_lib()
+
+
+@pytest.fixture(autouse=True)
+def fresh_module_warnings():
+    """A module run in-process keeps its warnings in ansible-core's process-wide registry, which
+    no module run clears: one test's warnings would show in the next module's result (and a
+    repeated warning is dropped as already given). Each test starts with none, as each real
+    module run does in its own process."""
+    from ansible.module_utils.common import warnings  # pylint: disable=import-outside-toplevel
+    warnings._global_warnings.clear()  # pylint: disable=protected-access
+    warnings._global_deprecations.clear()  # pylint: disable=protected-access
+    yield

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from . import hold, knobs, setup_cmd, status
+from . import faults, hold, knobs, setup_cmd, status
 from .errors import UsageError
 
 
@@ -60,6 +60,22 @@ def build_parser():
     hg.add_argument("--seconds", type=float, help="how long each call blocks (default 3600)")
     hg.add_argument("--off", action="store_true")
     hg.set_defaults(func=knobs.hang)
+
+    ft = sub.add_parser("fault", help="what a GPU's health reads answer (or --clear)")
+    ft.add_argument("--gpu", type=int, metavar="IDX")
+    ft.add_argument("name", nargs="?", metavar="FAULT", help=", ".join(sorted(faults.FAULTS)))
+    ft.add_argument("value", nargs="?", help="ecc COUNT, recovery-action 0..5, hang-health SECONDS")
+    ft.add_argument("--clear", action="store_true", help="clear (one GPU, or all without --gpu)")
+    ft.set_defaults(func=faults.fault)
+
+    xd = sub.add_parser("xid", help="log an Xid line to var/log/fakegpu/kernel.log (or --clear)")
+    xd.add_argument("--gpu", type=int, metavar="IDX")
+    xd.add_argument("xid", nargs="?", type=int)
+    xd.add_argument("--text", default="GPU has fallen off the bus.")
+    xd.add_argument("--pid", type=int)
+    xd.add_argument("--at", type=float, help="epoch seconds (default now)")
+    xd.add_argument("--clear", action="store_true")
+    xd.set_defaults(func=faults.xid)
 
     st = sub.add_parser("status", help="GPUs and allocations as JSON")
     st.set_defaults(func=status.run)

@@ -3,7 +3,7 @@ import os
 import re
 import uuid
 
-from . import config, paths
+from . import config, faults, paths
 from .errors import UsageError
 
 
@@ -56,6 +56,8 @@ def build_config(args, minors, old):
             "leaked_mib": int(prev.get("leaked_mib", 0)),
             "context_uncharged_mib": args.context_uncharged_mib,
         })
+        if prev.get("faults"):
+            gpus[-1]["faults"] = prev["faults"]
     return {
         "version": 1,
         "driver_version": "580.159.04",
@@ -88,6 +90,7 @@ def run(args):
             old = None
         cfg = build_config(args, minors, old)
         make_device_files(minors)
+        faults.make_xid_log()
         config.write(cfg)
     print("fakegpu: %d GPU(s) under %s" % (len(minors), paths.root()))
     return 0

@@ -92,6 +92,18 @@ static int load_gpu(const struct fg_json *g, struct fg_gpu *out)
     out->reserved_mib = (unsigned long long)num_or(g, "reserved_mib", 615);
     out->leaked_mib = (unsigned long long)num_or(g, "leaked_mib", 0);
     out->context_uncharged_mib = (unsigned long long)num_or(g, "context_uncharged_mib", 0);
+    /* No "faults": a healthy Hopper board, as measured on an H100 with driver 580.159.04
+     * (remapped rows 0,0,0,0; retired pages Not Supported; recovery action 0). */
+    const struct fg_json *f = fg_json_get(g, "faults");
+    out->faults.lost = num_or(f, "lost", 0) != 0;
+    out->faults.remap_corr = (unsigned)num_or(f, "remap_corr", 0);
+    out->faults.remap_unc = (unsigned)num_or(f, "remap_unc", 0);
+    out->faults.remap_pending = num_or(f, "remap_pending", 0) != 0;
+    out->faults.remap_failed = num_or(f, "remap_failed", 0) != 0;
+    out->faults.ecc_volatile_unc = (unsigned long long)num_or(f, "ecc_volatile_unc", 0);
+    out->faults.retired_pending = (int)num_or(f, "retired_pending", -1);
+    out->faults.recovery_action = (unsigned)num_or(f, "recovery_action", 0);
+    out->faults.hang_health_s = num_or(f, "hang_health_s", 0);
     return 0;
 }
 

@@ -19,6 +19,14 @@ struct fg_gpu {
     unsigned long long reserved_mib;
     unsigned long long leaked_mib;
     unsigned long long context_uncharged_mib;   /* used per live context, listed for nobody */
+    struct fg_faults {          /* config.json gpus[].faults: what the health reads answer */
+        int lost;               /* every call on it: NVML_ERROR_GPU_IS_LOST */
+        unsigned remap_corr, remap_unc, remap_pending, remap_failed;
+        unsigned long long ecc_volatile_unc;
+        int retired_pending;    /* -1: Not Supported (Ampere and later), else 0/1 */
+        unsigned recovery_action;
+        double hang_health_s;   /* > 0: each health read blocks this long first */
+    } faults;
 };
 
 struct fg_config {

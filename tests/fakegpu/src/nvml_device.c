@@ -29,6 +29,10 @@ static nvmlReturn_t by_index(const char *fn, unsigned int index, nvmlDevice_t *d
     nvmlDevice_t h = fg_handle_for(index);
     if (!device || !h)
         return fg_leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* A GPU that fell off the bus: nvidia-smi says "Unable to determine the device handle
+     * for GPU ...: GPU is lost. Reboot the system to recover this GPU". */
+    if (fg_cfg.gpus[index].faults.lost)
+        return fg_leave(NVML_ERROR_GPU_IS_LOST);
     *device = h;
     return fg_leave(NVML_SUCCESS);
 }

@@ -57,14 +57,21 @@ def payload_module_utils(module):
 
 
 ROLE_MODULE_UTILS = {'gpu_adopt.py', 'gpu_listen.py'}
+# run_metrics' own (issue 33): the metrics file, nothing of the survey.
+METRICS_MODULE_UTILS = {'gpu_metrics.py', 'prom_text.py'}
 
 
 def test_gpu_reclaim_payload_has_every_module_util():
     # gpu_reclaim reaches all of them; gpu_patterns, gpu_lock and gpu_nvidia only from inside functions.
-    # (all but those of the inference_service role's modules: gpu_adopt, gpu_listen)
+    # (all but those of the inference_service role's modules, gpu_adopt and gpu_listen, and run_metrics')
     every = set(f for f in os.listdir(os.path.join(REPO, 'plugins', 'module_utils')) if f.endswith('.py'))
     assert {'gpu_patterns.py', 'gpu_lock.py', 'gpu_nvidia.py'} <= every
-    assert payload_module_utils('gpu_reclaim') == every - ROLE_MODULE_UTILS
+    assert payload_module_utils('gpu_reclaim') == every - ROLE_MODULE_UTILS - METRICS_MODULE_UTILS
+
+
+def test_run_metrics_payload_has_only_the_metrics_files():
+    # Written at the end of every run on every node: it compiles two small files, not the survey.
+    assert payload_module_utils('run_metrics') == METRICS_MODULE_UTILS
 
 
 def test_gpu_holders_payload_has_what_it_imports():

@@ -14,6 +14,25 @@ from ansible.module_utils import basic
 
 def run(module, capsys, **args):
     try:
+        from ansible.module_utils import _internal   # ansible-core 2.19+
+    except ImportError:
+        _internal = None
+    # A module runs on a managed host, never in the controller: once any test in this process has
+    # loaded controller code (ansible-core sets _internal.is_controller then), a module's warn()
+    # goes to the controller's display instead of its result, and a test of a warning fails in
+    # the whole suite but not alone.
+    was_controller = getattr(_internal, 'is_controller', False)
+    if _internal is not None:
+        _internal.is_controller = False
+    try:
+        return _run(module, capsys, args)
+    finally:
+        if _internal is not None:
+            _internal.is_controller = was_controller
+
+
+def _run(module, capsys, args):
+    try:
         from ansible.module_utils.testing import patch_module_args   # ansible-core 2.19+
     except ImportError:       # before 2.19 AnsibleModule reads basic._ANSIBLE_ARGS
         patch_module_args = None

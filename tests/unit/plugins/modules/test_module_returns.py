@@ -4,11 +4,14 @@ returned by some path (success, failure, check mode, an interrupted ladder)."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import types
+
 import yaml
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, survey_result
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_lock import HostLock
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import NvmlTimeout
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_vendor import GpuBackend
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
 
 from ..module_utils.test_gpu_flow import (
@@ -33,7 +36,11 @@ def keys_of(entries):
 
 def holders_results():
     wedged = held_by((10, 'exits-on-term'))
-    return [survey_result(wedged), survey_result(free())]
+    with_health = survey_result(free())
+    # health: true (a backend that reads no health says so for every read)
+    gpu_holders.add_health(with_health['gpus'], types.SimpleNamespace(backend=GpuBackend(), nvml_timeout=1),
+                           {'xid_since': None, 'xid_log': None})
+    return [survey_result(wedged), survey_result(free()), with_health]
 
 
 def reclaim_results(lock_path):
