@@ -15,7 +15,7 @@ LAB         := tests/lab/lab
 COLL_LINK   := .build/collections/ansible_collections/gpuops/reclaim
 COLL_TARBALL = $(shell sed -n 's/^namespace: *//p' galaxy.yml)-$(shell sed -n 's/^name: *//p' galaxy.yml)-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
-.PHONY: help venv host-deps fakegpu collection-link proxmox-collection unit rules-check units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test lab-test-plain lab-test-containers lab-test-runtimes molecule molecule-scenarios molecule-docker inotify-room test demo clean lab-down
+.PHONY: help venv host-deps fakegpu collection-link proxmox-collection unit rules-check units-ansible-test sanity lint changelog-lint build import-check ee-check lab-test lab-test-plain lab-test-containers lab-test-runtimes molecule molecule-scenarios molecule-scenarios2 molecule-docker inotify-room test demo clean lab-down
 
 help:
 	@echo "make test   - unit, sanity, lint, build, lab integration and Molecule"
@@ -170,28 +170,39 @@ lab-test-runtimes: $(LAB_PREREQS)
 lab-test: lab-test-plain lab-test-containers lab-test-runtimes
 
 # From the collection root, molecule finds extensions/molecule/*/ and the shared
-# extensions/molecule/config.yml; the default scenario boots the lab once for all.
+# extensions/molecule/config.yml; the default scenario's create boots the lab once for all the
+# scenarios of one `molecule test` and its destroy stops it after the last (shared_state).
 # Its node runs podman (LAB_CONTAINERS=1), so the podman scenario shares that one boot; the
-# systemd scenarios do not notice it. They run in a private lab of their own (`...-molecule` at
-# base + 30, LAB_MOLECULE_ADDR_BASE overrides), so they can run beside the lab tests.
-# The docker scenario needs a runtime node (docker.io; a node is a container node or a runtime
-# node, never both): it runs alone in the private runtimes lab of lab-test (its own create and
-# destroy; one node, booted in about 2 s), after lab-test-runtimes in `make test`.
+# systemd scenarios do not notice it. They run in two halves side by side, each in a private lab
+# of its own (`...-molecule` at base + 30 and `...-molecule2` at base + 55;
+# LAB_MOLECULE_ADDR_BASE, LAB_MOLECULE2_ADDR_BASE override), so they also run beside the lab
+# tests: the first half is MOLECULE_FIRST, the second every other scenario but docker (a new
+# scenario lands there). Each half keeps its Molecule state (one directory for its scenarios) in
+# a directory of its own. The docker scenario needs a runtime node (docker.io; a node is a
+# container node or a runtime node, never both): it runs alone in the private runtimes lab of
+# lab-test (its own create and destroy; one node, booted in about 2 s), after lab-test-runtimes
+# in `make test`.
+MOLECULE_FIRST := default adopt flag_change fresh_deploy
 MOLECULE_LAB = LAB_CONTAINERS=1 \
 	LAB_STATE=$${LAB_STATE:-/var/lib/gpuops-lab}-molecule LAB_RUN=$${LAB_RUN:-/run/gpuops-lab}-molecule \
 	LAB_ADDR_BASE=$${LAB_MOLECULE_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 30 ))}
+MOLECULE2_LAB = LAB_CONTAINERS=1 \
+	LAB_STATE=$${LAB_STATE:-/var/lib/gpuops-lab}-molecule2 LAB_RUN=$${LAB_RUN:-/run/gpuops-lab}-molecule2 \
+	LAB_ADDR_BASE=$${LAB_MOLECULE2_ADDR_BASE:-$$(( $${LAB_ADDR_BASE:-10} + 55 ))}
 
-# Each of the two runs keeps its Molecule state (shared_state: one directory for all its
-# scenarios) in a directory of its own, so the two can run at the same time.
 molecule-scenarios: $(LAB_PREREQS)
 	rm -rf .build/molecule/scenarios
-	MOLECULE_EPHEMERAL_DIRECTORY=$(CURDIR)/.build/molecule/scenarios $(MOLECULE_LAB) $(VBIN)/molecule test --all --exclude docker
+	MOLECULE_EPHEMERAL_DIRECTORY=$(CURDIR)/.build/molecule/scenarios $(MOLECULE_LAB) $(VBIN)/molecule test $(foreach s,$(MOLECULE_FIRST),-s $(s))
+
+molecule-scenarios2: $(LAB_PREREQS)
+	rm -rf .build/molecule/scenarios2
+	MOLECULE_EPHEMERAL_DIRECTORY=$(CURDIR)/.build/molecule/scenarios2 $(MOLECULE2_LAB) $(VBIN)/molecule test --all --exclude docker $(foreach s,$(MOLECULE_FIRST),--exclude $(s))
 
 molecule-docker: $(LAB_PREREQS)
 	rm -rf .build/molecule/docker
 	MOLECULE_EPHEMERAL_DIRECTORY=$(CURDIR)/.build/molecule/docker $(RUNTIMES_LAB) $(VBIN)/molecule test -s docker
 
-molecule: molecule-scenarios molecule-docker
+molecule: molecule-scenarios molecule-scenarios2 molecule-docker
 
 # The stages of `make test`, in lanes: the lanes run at the same time, the stages of a lane
 # one after another (tests/run_stages.py; each stage's log whole in .build/logs/STAGE.log, printed
@@ -201,7 +212,8 @@ TEST_LANES := \
 	lab-test-plain \
 	lab-test-containers \
 	lab-test-runtimes+molecule-docker \
-	molecule-scenarios
+	molecule-scenarios \
+	molecule-scenarios2
 
 # Every lab node's root processes hold about 10 of root's inotify instances (tests/lab/README.md),
 # and make test boots some 15 nodes at once (LXC guests besides): more than the kernel's default

@@ -11,7 +11,8 @@ on, and the exit status is 1.
 
 At the end: every skip and expected failure of the pytest stages (pytest -rsx lines in the
 --skips DIR's logs, as before), then one table: each stage's wall time, its tests passed,
-skipped and failed (from pytest's summary line; '-' for a stage that is not pytest), the CPU
+skipped and failed (from pytest's summary line, or Molecule's: its scenarios; '-' for a stage
+that is neither), the CPU
 time of its process tree on this machine (user + system; lab nodes' own processes are not in it), and its
 wall time in the previous table (FILE as it was before this run, or TEST_TIMES_BEFORE),
 marked GREW when it grew by more than a third (and 10 s). The table also goes to FILE.
@@ -48,6 +49,28 @@ def pytest_counts(log_path):
                 if key in totals:
                     totals[key] += int(number)
     return totals if seen else None
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MOLECULE_SUMMARY = re.compile(r"^(?P<name>[\w./-]+)\s*: actions=\d+\s+successful=(?P<ok>\d+)\s+disabled=\d+\s+"
+                              r"skipped=\d+\s+missing=\d+\s+failed=(?P<failed>\d+)\s*$")
+
+
+def molecule_counts(log_path):
+    """Molecule's closing summary, one line per scenario and action group: {'passed': scenarios
+    with no failed action, 'skipped': 0, 'failed': scenarios with one}, None when the log has no
+    summary (not a Molecule stage, or it stopped before its summary)."""
+    failed = {}
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            match = MOLECULE_SUMMARY.match(ANSI.sub("", line).strip())
+            if match:
+                name = match.group("name")
+                failed[name] = failed.get(name, False) or int(match.group("failed")) > 0
+    if not failed:
+        return None
+    return {"passed": sum(1 for bad in failed.values() if not bad), "skipped": 0,
+            "failed": sum(1 for bad in failed.values() if bad)}
 
 
 def previous_walls(path):
@@ -98,7 +121,7 @@ class Run:
             proc.returncode = rc = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - start
         result = {"lane": lane, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rc": rc,
-                  "counts": pytest_counts(log_path)}
+                  "counts": pytest_counts(log_path) or molecule_counts(log_path)}
         with self.lock:
             self.results[name] = result
             print(f"\n==================== {name}: {'passed' if rc == 0 else 'FAILED (rc %d)' % rc} "
