@@ -50,6 +50,18 @@ def converge(lab, name, host_vars):
     return tmp
 
 
+def server_metrics(lab, name):
+    """{(metric, state-or-code label): value} of the inference server's samples in the metrics file
+    the run left on the node (issue 33: the state this issue defines, as node_exporter reads it)."""
+    text = lab.exec(name, "cat /var/lib/prometheus/node-exporter/gpuops_reclaim.prom").stdout
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gpuops_inference_server_"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
 def main_pid(lab, name):
     return int(lab.exec(name, "systemctl show -p MainPID --value sglang").stdout.strip())
 
@@ -79,6 +91,11 @@ def test_a_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up
     state = server["state"]
     assert (state["state"], state["code"], state["time_to_serve_s"]) == ("serving", "loaded", None), state
     assert state["ttft_s"] is not None and state["age_s"] >= 90, state
+    metrics = server_metrics(lab, node)
+    assert metrics['gpuops_inference_server_state{state="serving"}'] == 1, metrics
+    assert metrics['gpuops_inference_server_state{state="loading"}'] == 0, metrics
+    assert metrics['gpuops_inference_server_code{code="loaded"}'] == 1, metrics
+    assert "gpuops_inference_server_time_to_serve_seconds" not in metrics, metrics
     assert "is loading: loading for" in out and "Loading safetensors checkpoint shards" in out, out
 
 
@@ -101,6 +118,9 @@ def test_a_server_hung_in_loading_past_its_health_timeout_is_restarted_and_comes
     state = server["state"]
     assert (state["state"], state["code"]) == ("serving", "restarted"), state
     assert 0 < state["time_to_serve_s"] < 20 and state["ttft_s"] is not None, state
+    metrics = server_metrics(lab, node)
+    assert metrics['gpuops_inference_server_code{code="restarted"}'] == 1, metrics
+    assert metrics["gpuops_inference_server_time_to_serve_seconds"] == pytest.approx(state["time_to_serve_s"], abs=0.01)
 
 
 def test_a_server_paused_for_8_s_while_the_play_probes_it_is_not_restarted(lab, node):
