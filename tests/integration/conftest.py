@@ -208,7 +208,11 @@ def alice(lab, node):
     # outlives the test; the next test's fixture turns linger on again.
     lab.exec(node, "loginctl disable-linger {u}; loginctl terminate-user {u}; pkill -KILL -u {u}; true"
              .format(u=ALICE), check=False)
-    scenarios.wait_until(lab, node, "! pgrep -u %d >/dev/null" % uid, "every process of alice gone")
+    # logind too must be done with her (no user record, so no user@ or user-runtime-dir@ stop still
+    # under way): another fixture's `enable-linger` right after (test_trust_boundary's, on the same
+    # node under pytest-xdist) then starts a fresh manager instead of meeting this one's stop.
+    scenarios.wait_until(lab, node, "! pgrep -u %d >/dev/null && ! loginctl show-user %d >/dev/null 2>&1" % (uid, uid),
+                         "every process of alice gone and logind done with her")
 
 
 # The plain lab's longest tests, started first so that under pytest-xdist no worker begins one
