@@ -17,6 +17,7 @@ import pytest
 
 from . import scenarios as sc
 from .test_reclaim_playbook import GOOD_SERVER, playbook_dir, run_playbook
+from .test_server_state import healthy
 
 FAULT_DIR = "/run/fakeserve-fault"
 FAULT = FAULT_DIR + "/fault"
@@ -71,11 +72,6 @@ def restart_by_hand(lab, name, fault=None):
     lab.exec(name, "systemctl restart sglang", timeout=120)
     sc.wait_until(lab, name, "podman container exists sglang", "the unit's new container", timeout=60)
     return container_id(lab, name), time.monotonic()
-
-
-def healthy(lab, name):
-    return lab.exec(name, "curl -s -o /dev/null -w '%%{http_code}' http://%s:%d/health; true"
-                    % (lab.status()[name]["ip"], GOOD_SERVER["inference_service_port"]), check=False).stdout.strip() == "200"
 
 
 def test_a_podman_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up(lab, pnode):
