@@ -41,6 +41,7 @@ in the role: a probe of a closed port is one refused connect), so a 200 is seen 
 Stdlib only, Python 3.9+.
 """
 import datetime
+import http.client
 import json
 import re
 import subprocess
@@ -106,7 +107,9 @@ def health(url, timeout):
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+        # HTTPException: something that is not an HTTP server answers on the port (sshd on a
+        # port that is taken): no health, as a closed port.
         return -1
 
 
@@ -123,7 +126,7 @@ def generate(req):
             resp.read()
     except urllib.error.HTTPError as exc:
         status, error = exc.code, "answered %s" % exc.code
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         hung = "timed out" in str(reason) or isinstance(reason, TimeoutError)
         error = "no answer within %s s" % req.get("timeout") if hung else str(reason)

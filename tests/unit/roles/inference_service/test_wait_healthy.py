@@ -132,3 +132,31 @@ def test_log_stamps_of_both_runtimes_are_read():
     epoch2 = wh._stamped("2026-12-07T03:30:00.5+01:00 x")[0]
     assert abs(epoch2 - 1796610600.5) < 1e-3
     assert wh._stamped("no stamp here") is None
+
+
+def test_a_port_where_something_not_http_answers_reads_as_no_health():
+    """The port taken by sshd (Molecule fresh_deploy's 'port taken'): its banner is no HTTP status
+    line. The probe reads it as no health, as a closed port, so the role's preflight can name the
+    listener; the observation once died on it with a traceback (http.client.BadStatusLine)."""
+    import socket  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def banner():
+        for _attempt in range(2):
+            conn, _addr = listener.accept()
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n")
+            conn.close()
+    server = threading.Thread(target=banner, daemon=True)
+    server.start()
+    port = listener.getsockname()[1]
+    try:
+        wait = load()
+        assert wait.health("http://127.0.0.1:%d/health" % port, 5) == -1
+        answer = wait.generate({"url": "http://127.0.0.1:%d/generate" % port, "timeout": 5, "body": {}})
+        assert answer["ok"] is False and answer["hung"] is False, answer
+    finally:
+        server.join(10)
+        listener.close()
