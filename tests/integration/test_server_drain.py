@@ -103,7 +103,6 @@ def test_a_flag_change_lets_the_requests_in_flight_finish_and_reports_the_drain(
     run, _summary = run_playbook(tmp, [node])
     assert run.returncode == 0, run.stdout + run.stderr
     old = main_pid(lab, node)
-    assert "KillMode=mixed" in lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
     write_host_vars(tmp, node, sglang_vars(mem_fraction_static=0.7))
     url = "http://%s:%d/generate" % (lab.status()[node]["ip"], GOOD_SERVER["inference_service_port"])
     tokens = 150  # 15 s each: past the play's preflight, in flight when the stop begins
@@ -128,6 +127,7 @@ def test_a_flag_change_lets_the_requests_in_flight_finish_and_reports_the_drain(
     assert main_pid(lab, node) != old
     journal = lab.exec(node, "journalctl -o cat _SYSTEMD_UNIT=sglang.service _PID=%d" % old).stdout
     assert "draining 2 request(s) in flight" in journal and "All requests drained" in journal, journal
+    assert "KillMode=mixed" in lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
 
 
 def test_vllm_drains_up_to_its_shutdown_timeout_and_a_drain_past_the_stop_timeout_is_refused(lab, node):
@@ -135,8 +135,6 @@ def test_vllm_drains_up_to_its_shutdown_timeout_and_a_drain_past_the_stop_timeou
     tmp = playbook_dir(lab, {node: vllm_vars(3)})
     run, _summary = run_playbook(tmp, [node])
     assert run.returncode == 0, run.stdout + run.stderr
-    unit = lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
-    assert "--shutdown-timeout 3" in unit, unit
     old = main_pid(lab, node)
     # Bad input: a drain the stop timeout (15 s) would cut. Refused in preflight, the server untouched.
     write_host_vars(tmp, node, vllm_vars(50, gpu_memory_utilization=0.7))
@@ -145,7 +143,8 @@ def test_vllm_drains_up_to_its_shutdown_timeout_and_a_drain_past_the_stop_timeou
     assert run.returncode == 2 and ("inference_service_drain_timeout=50 is longer than "
                                     "inference_service_stop_timeout=15") in msg, msg
     assert "Nothing was changed" in msg and main_pid(lab, node) == old
-    assert "--gpu-memory-utilization 0.8" in lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
+    unit = lab.exec(node, "cat /etc/systemd/system/sglang.service").stdout
+    assert "--gpu-memory-utilization 0.8" in unit and "--shutdown-timeout 3" in unit, unit
     # A request longer than vLLM's drain (30 s against 3 s): the engine aborts it at its shutdown timeout.
     write_host_vars(tmp, node, vllm_vars(3, gpu_memory_utilization=0.7))
     url = "http://%s:%d/v1/completions" % (lab.status()[node]["ip"], GOOD_SERVER["inference_service_port"])
