@@ -74,8 +74,8 @@ class Client(threading.Thread):
 
 
 def play_sending_requests_at_restart(lab, node, tmp, make_clients):
-    """Run the play; when it says why the server needs a restart (before its preflight, well before
-    the stop), start the clients. Returns (returncode, output, summary, clients)."""
+    """Run the play; at preflight's last tasks (a second or two before the stop, whatever the runtime's
+    preflight takes), start the clients. Returns (returncode, output, the summary's server, clients)."""
     summary_path = os.path.join(tmp, "summary.json")
     play = subprocess.Popen(
         [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
@@ -84,7 +84,7 @@ def play_sending_requests_at_restart(lab, node, tmp, make_clients):
     lines, clients = [], []
     for line in play.stdout:
         lines.append(line)
-        if not clients and "inference_service : Say why a restart is needed" in line:
+        if not clients and "inference_service : Say which hand-started container would be stopped" in line:
             clients = make_clients()
             for client in clients:
                 client.start()
@@ -105,7 +105,7 @@ def test_a_flag_change_lets_the_requests_in_flight_finish_and_reports_the_drain(
     old = main_pid(lab, node)
     write_host_vars(tmp, node, sglang_vars(mem_fraction_static=0.7))
     url = "http://%s:%d/generate" % (lab.status()[node]["ip"], GOOD_SERVER["inference_service_port"])
-    tokens = 150  # 15 s each: past the play's preflight, in flight when the stop begins
+    tokens = 150  # 15 s each: in flight when the stop begins, a second or two later
 
     def clients():
         return [Client(url, {"text": "hello %d" % i, "sampling_params": {"max_new_tokens": tokens}}) for i in range(2)]
