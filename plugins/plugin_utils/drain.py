@@ -19,6 +19,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
+
 
 def _whole(value):
     """A whole number of seconds >= 0, or None. Booleans are not numbers here."""
@@ -28,7 +30,7 @@ def _whole(value):
         number = float(value)
     except (TypeError, ValueError):
         return None
-    if number != number or number < 0 or number != int(number):
+    if math.isnan(number) or math.isinf(number) or number < 0 or number != int(number):
         return None
     return int(number)
 

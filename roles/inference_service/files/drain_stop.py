@@ -19,6 +19,7 @@ unknown and the stop goes on; the count informs the report, it never holds the s
 Stdlib only, Python 3.9+.
 """
 import json
+import math
 import re
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def in_flight(text, names):
             value = float(match.group(3))
         except ValueError:
             continue
-        if value != value:  # NaN: the engine has no count yet
+        if math.isnan(value):  # the engine has no count yet
             continue
         total, seen = total + value, True
     return int(round(total)) if seen else None

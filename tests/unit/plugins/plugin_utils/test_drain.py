@@ -22,7 +22,7 @@ def test_a_drain_longer_than_the_stop_timeout_is_refused_naming_both():
     assert problem["msg"].startswith("inference_service_drain_timeout=90 is longer than inference_service_stop_timeout=60")
 
 
-@pytest.mark.parametrize("drain", [-1, "soon", None, True, 2.5, float("nan"), [30]])
+@pytest.mark.parametrize("drain", [-1, "soon", None, True, 2.5, float("nan"), float("inf"), [30]])
 def test_a_drain_timeout_that_is_not_whole_seconds_of_0_or_more_is_refused(drain):
     [problem] = dr.drain_inputs_checked(drain, 60)
     assert problem["code"] == "drain_timeout_bad" and "inference_service_drain_timeout=" in problem["msg"]
