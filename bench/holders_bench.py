@@ -1,6 +1,6 @@
 """gpu_holders on a busy lab node, over a ping round trip, against fuser (issue 32 item 8).
 
-usage: bench/run holders [--reps 5] [--procs 3000] [--fds 120000] [--keep]
+usage: bench/run holders [--reps 5] [--procs 3000] [--fds 120000] [--before REF] [--keep]
 
 Boots one lab host (`tests/lab/lab up 1`; the private lab of LAB_STATE/LAB_RUN/LAB_ADDR_BASE
 when set, else /var/lib/gpuops-lab-bench at base 200) and loads it (bench/holders_node.py load):
@@ -12,7 +12,8 @@ only /dev/nvidiactl open. Then, alternating, after one untimed round (the order 
   gpu_holders  ansible node1 -m gpuops.reclaim.gpu_holders              (defaults: every GPU, handles, health)
   fuser        ansible node1 -m command -a 'fuser /dev/nvidia*'         (what people use instead)
 
-and reports each one's cost over ping (its wall less ping's median) and the ratio gpu_holders/fuser
+(with --before REF also gpu_holders@REF: the collection's plugins as of git commit REF, in the same
+alternation), and reports each one's cost over ping (its wall less ping's median) and the ratio gpu_holders/fuser
 of those costs, per rep and as medians with their spread.
 
 Then the split, timed on the node itself (holders_node.py split), the same rows without SSH or the
@@ -86,6 +87,7 @@ def main():
     parser.add_argument("--procs", type=int, default=3000)
     parser.add_argument("--fds", type=int, default=120000)
     parser.add_argument("--keep", action="store_true", help="leave the lab host up (and loaded) afterwards")
+    parser.add_argument("--before", metavar="REF", help="also time gpu_holders as of git commit REF")
     args = parser.parse_args()
     if args.reps < 1 or args.procs < 0 or args.fds < 0:
         parser.error("--reps must be at least 1, --procs and --fds at least 0")
@@ -108,30 +110,41 @@ def main():
         out["load"] = on_node(inventory, "load", str(args.procs), str(args.fds), FDLOAD_IN_NODE)
         bl.log("node1 loaded: %s" % out["load"])
         cmds = {
-            "ping": ["-m", "ansible.builtin.ping"],
-            "gpu_holders": ["-m", "gpuops.reclaim.gpu_holders"],
-            "fuser": ["-m", "ansible.builtin.shell", "-a", "fuser /dev/nvidia[0-9]* /dev/nvidiactl; true"],
+            "ping": (["-m", "ansible.builtin.ping"], {}),
+            "gpu_holders": (["-m", "gpuops.reclaim.gpu_holders"], {}),
+            "fuser": (["-m", "ansible.builtin.shell", "-a", "fuser /dev/nvidia[0-9]* /dev/nvidiactl; true"], {}),
         }
+        before_env = {}
+        if args.before:
+            tree = bl.collection_at(args.before, os.path.join(workdir, "before"))
+            before_env = {"ANSIBLE_COLLECTIONS_PATH": os.path.dirname(os.path.dirname(os.path.dirname(tree)))}
+            cmds["gpu_holders@" + args.before] = (["-m", "gpuops.reclaim.gpu_holders"], before_env)
         base = [os.path.join(VENV_BIN, "ansible"), "node1", "-i", inventory]
         names = list(cmds)
         samples = dict((n, []) for n in names)
         for name in names:      # one untimed round: SSH's control master up, caches warm
-            timed(base + cmds[name], ansible_env())
+            timed(base + cmds[name][0], ansible_env(cmds[name][1]))
         for rep in range(args.reps):
             for name in names[rep % len(names):] + names[:rep % len(names)]:
-                wall, rc = timed(base + cmds[name], ansible_env())
+                wall, rc = timed(base + cmds[name][0], ansible_env(cmds[name][1]))
                 if rc != 0:
                     raise SystemExit("%s failed (rc %d)" % (name, rc))
                 samples[name].append(round(wall, 4))
             bl.log("rep %d: %s" % (rep + 1, "  ".join("%s %.3f s" % (n, samples[n][-1]) for n in names)))
         out["round_trip"] = samples
 
-        # One kept run of each module for the node-side split.
-        for module in ("gpuops.reclaim.gpu_holders", "ansible.builtin.ping"):
-            kept = adhoc(inventory, "-m", module, env={"ANSIBLE_KEEP_REMOTE_FILES": "1", "ANSIBLE_PIPELINING": "0"})
+        # One kept run of each module for the node-side split: REF's first, so that the newest
+        # kept gpu_holders is today's (holders_node.py split takes the newest, and the one before
+        # it as REF's).
+        kept_runs = ([("gpuops.reclaim.gpu_holders", before_env)] if args.before else []) + [
+            ("gpuops.reclaim.gpu_holders", {}), ("ansible.builtin.ping", {})]
+        on_node(inventory, "forget")
+        for module, env in kept_runs:
+            kept = adhoc(inventory, "-m", module, env=dict(env, ANSIBLE_KEEP_REMOTE_FILES="1", ANSIBLE_PIPELINING="0"))
             if kept.returncode != 0:
                 raise SystemExit("kept run of %s failed:\n%s" % (module, kept.stdout[-2000:]))
-        out["node"] = on_node(inventory, "split", str(args.reps))
+            time.sleep(1.1)     # a later mtime for the later file (split orders them by it)
+        out["node"] = on_node(inventory, "split", str(args.reps), *(["gpu_holders@" + args.before] if args.before else []))
     finally:
         if not args.keep:
             subprocess.run([LAB, "down"], capture_output=True, timeout=900, check=False)
@@ -147,7 +160,7 @@ def report(out):
           % dict(out["load"], reps=out["reps"]))
     print("\nThrough Ansible (ad hoc, one host): wall s, median (min-max); cost = wall - ping's median")
     print("%-12s %16s %16s" % ("row", "wall s", "cost over ping"))
-    for name in ("ping", "gpu_holders", "fuser"):
+    for name in [n for n in rt if n != "fuser"] + ["fuser"]:
         cost = [v - ping for v in rt[name]]
         print("%-12s %7.3f (%s) %7.3f (%s)" % (name, statistics.median(rt[name]), spread(rt[name]),
                                                statistics.median(cost), spread(cost)))
@@ -156,18 +169,24 @@ def report(out):
     cost_ratio = (statistics.median(rt["gpu_holders"]) - ping) / (statistics.median(rt["fuser"]) - ping)
     print("gpu_holders / fuser, costs over ping: %.2fx (medians); per rep (each with its own ping): %s"
           % (cost_ratio, ", ".join("%.2f" % r for r in per_rep)))
+    for name in [n for n in rt if n.startswith("gpu_holders@")]:
+        print("%s / fuser, costs over ping: %.2fx (medians)" % (
+            name, (statistics.median(rt[name]) - ping) / (statistics.median(rt["fuser"]) - ping)))
 
     node = out["node"]
     med = dict((k, statistics.median(v)) for k, v in node.items())
     print("\nOn the node (no SSH, no controller): wall s, median (min-max)")
-    for name in ("ping", "gpu_holders", "ping_load", "gpu_holders_load", "fuser"):
-        print("%-17s %7.3f (%s)" % (name, med[name], spread(node[name])))
-    over = med["gpu_holders"] - med["ping"]
-    load = med["gpu_holders_load"] - med["ping_load"]
-    print("gpu_holders over ping: %.3f s = loading its code %.3f s + reading (NVML, /proc) and answering %.3f s; "
-          "fuser %.3f s; (gpu_holders - ping) / fuser = %.2fx" % (over, load, over - load, med["fuser"], over / med["fuser"]))
-    out["summary"] = {"round_trip_cost_ratio": cost_ratio, "per_rep_ratio": per_rep, "node_over_ping_s": over,
-                      "node_load_s": load, "node_read_s": over - load, "node_fuser_s": med["fuser"]}
+    for name in node:
+        print("%-22s %7.3f (%s)" % (name, med[name], spread(node[name])))
+    out["summary"] = {"round_trip_cost_ratio": cost_ratio, "per_rep_ratio": per_rep}
+    for name in [n for n in node if n.startswith("gpu_holders") and not n.endswith("_load")]:
+        over = med[name] - med["ping"]
+        load = med[name + "_load"] - med["ping_load"]
+        print("%s over ping: %.3f s = loading its code %.3f s + reading (NVML, /proc) and answering %.3f s; "
+              "fuser %.3f s; (%s - ping) / fuser = %.2fx" % (name, over, load, over - load, med["fuser"], name,
+                                                               over / med["fuser"]))
+        out["summary"][name] = {"node_over_ping_s": over, "node_load_s": load, "node_read_s": over - load,
+                                "node_fuser_s": med["fuser"]}
     path = bl.write_json("holders.json", out)
     print("\nsamples: %s" % path)
 

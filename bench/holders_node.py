@@ -1,7 +1,8 @@
 """Runs on one lab node for bench/holders_bench.py (sent with `ansible -m script`).
 
 usage: holders_node.py load PROCS FDS FDLOAD   reset the stand-in, start GPU holders and the fd load
-       holders_node.py split REPS               time the module's load and its reads, on the node
+       holders_node.py split REPS [BEFORE]      time the module's load and its reads, on the node
+       holders_node.py forget                   remove the kept AnsiballZ files
        holders_node.py down                     stop the load and the holders
 
 load: a TP-2 server (parent on GPU 0, a `sglang::scheduler_TP1` child on GPU 1), a holder whose
@@ -90,12 +91,17 @@ def load(procs, fds, fdload):
     print(json.dumps({"fdload_procs": int(started), "fdload_fds": int(opened), "node_procs": nprocs}))
 
 
-def kept(module):
-    """The newest kept AnsiballZ file of `module` under /root/.ansible/tmp."""
-    found = glob.glob("/root/.ansible/tmp/ansible-tmp-*/AnsiballZ_%s.py" % module)
-    if not found:
+def kept(module, age=0):
+    """The newest kept AnsiballZ file of `module` under /root/.ansible/tmp (age 1: the one before)."""
+    found = sorted(glob.glob("/root/.ansible/tmp/ansible-tmp-*/AnsiballZ_%s.py" % module), key=os.path.getmtime)
+    if len(found) <= age:
         raise SystemExit("holders_node: no kept AnsiballZ_%s.py (run it once with ANSIBLE_KEEP_REMOTE_FILES=1)" % module)
-    return max(found, key=os.path.getmtime)
+    return found[-1 - age]
+
+
+def forget():
+    for path in glob.glob("/root/.ansible/tmp/ansible-tmp-*"):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def payload_zip(wrapper, workdir, module):
@@ -121,19 +127,19 @@ def timed(argv):
     return time.monotonic() - started
 
 
-def split(reps):
+def split(reps, before=None):
     workdir = tempfile.mkdtemp(prefix="bench-holders-split-")
     try:
         wrappers = dict((m, kept(m)) for m in MODULES)
-        zips = dict((m, payload_zip(wrappers[m], workdir, m)) for m in MODULES)
+        if before:
+            wrappers[before] = kept("gpu_holders", age=1)
+        zips = dict((m, payload_zip(wrappers[m], workdir, m.replace("@", "-"))) for m in wrappers)
         devices = sorted(glob.glob("/dev/nvidia[0-9]*")) + ["/dev/nvidiactl"]
-        runs = {
-            "ping": ["python3", wrappers["ping"]],
-            "gpu_holders": ["python3", wrappers["gpu_holders"]],
-            "ping_load": ["python3", "-c", IMPORT, zips["ping"], MODULES["ping"]],
-            "gpu_holders_load": ["python3", "-c", IMPORT, zips["gpu_holders"], MODULES["gpu_holders"]],
-            "fuser": ["fuser"] + devices,
-        }
+        runs = {"ping": ["python3", wrappers["ping"]], "ping_load": ["python3", "-c", IMPORT, zips["ping"], MODULES["ping"]]}
+        for name in [n for n in wrappers if n != "ping"]:
+            runs[name] = ["python3", wrappers[name]]
+            runs[name + "_load"] = ["python3", "-c", IMPORT, zips[name], MODULES["gpu_holders"]]
+        runs["fuser"] = ["fuser"] + devices
         samples = dict((name, []) for name in runs)
         names = list(runs)
         for name in names:           # one untimed round: the page cache warm for every row
@@ -149,8 +155,10 @@ def split(reps):
 def main(argv):
     if len(argv) == 4 and argv[0] == "load":
         load(int(argv[1]), int(argv[2]), argv[3])
-    elif len(argv) == 2 and argv[0] == "split":
-        split(int(argv[1]))
+    elif len(argv) in (2, 3) and argv[0] == "split":
+        split(int(argv[1]), argv[2] if len(argv) == 3 else None)
+    elif argv == ["forget"]:
+        forget()
     elif argv == ["down"]:
         down()
     else:
