@@ -173,20 +173,22 @@ def report(out):
         print("%s / fuser, costs over ping: %.2fx (medians)" % (
             name, (statistics.median(rt[name]) - ping) / (statistics.median(rt["fuser"]) - ping)))
 
-    node = out["node"]
-    med = dict((k, statistics.median(v)) for k, v in node.items())
-    print("\nOn the node (no SSH, no controller): wall s, median (min-max)")
-    for name in node:
-        print("%-22s %7.3f (%s)" % (name, med[name], spread(node[name])))
     out["summary"] = {"round_trip_cost_ratio": cost_ratio, "per_rep_ratio": per_rep}
-    for name in [n for n in node if n.startswith("gpu_holders") and not n.endswith("_load")]:
-        over = med[name] - med["ping"]
-        load = med[name + "_load"] - med["ping_load"]
-        print("%s over ping: %.3f s = loading its code %.3f s + reading (NVML, /proc) and answering %.3f s; "
-              "fuser %.3f s; (%s - ping) / fuser = %.2fx" % (name, over, load, over - load, med["fuser"], name,
-                                                               over / med["fuser"]))
-        out["summary"][name] = {"node_over_ping_s": over, "node_load_s": load, "node_read_s": over - load,
-                                "node_fuser_s": med["fuser"]}
+    for measure in ("wall", "cpu"):
+        node = out["node"][measure]
+        med = dict((k, statistics.median(v)) for k, v in node.items())
+        print("\nOn the node (no SSH, no controller): %s s, median (min-max)" % measure)
+        for name in node:
+            print("%-22s %7.3f (%s)" % (name, med[name], spread(node[name])))
+        for name in [n for n in node if n.startswith("gpu_holders") and not n.endswith("_load")]:
+            over = med[name] - med["ping"]
+            load = med[name + "_load"] - med["ping_load"]
+            print("%s over ping: %.3f s = loading its code %.3f s + reading (NVML, /proc) and answering %.3f s; "
+                  "fuser %.3f s; (%s - ping) / fuser = %.2fx" % (name, over, load, over - load, med["fuser"], name,
+                                                                   over / med["fuser"]))
+            out["summary"]["%s %s" % (name, measure)] = {
+                "over_ping_s": over, "load_s": load, "read_s": over - load, "fuser_s": med["fuser"],
+                "ratio": over / med["fuser"]}
     path = bl.write_json("holders.json", out)
     print("\nsamples: %s" % path)
 

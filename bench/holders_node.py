@@ -13,7 +13,7 @@ sleeping processes sharing about FDS open descriptors, as on the field notes' ho
 split: the AnsiballZ files of one kept `gpu_holders` and one kept `ping` run (ANSIBLE_KEEP_REMOTE_FILES,
 newest under /root/.ansible/tmp) are run here, alternating, REPS times each, with `fuser` on the GPU
 files and the import of each module alone from its own payload zip (zipimport compiles every file,
-as AnsiballZ does on every run). Prints one JSON line: wall seconds per sample.
+as AnsiballZ does on every run). Prints one JSON line: wall and CPU seconds per sample.
 Python 3.9+, stdlib only, run as root on the node.
 """
 
@@ -22,6 +22,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -83,8 +84,11 @@ def load(procs, fds, fdload):
                     % (MONITOR_PIDFILE, MONITOR_PIDFILE, MONITOR_PIDFILE)])
     wait_file(MONITOR_PIDFILE)
     files = tempfile.mkdtemp(prefix="bench-holders-files-")
+    # Under a shell that waits for it: fdload exits at once when its parent is PID 1 (it dies with
+    # whoever started it, and so must not be started by init).
     subprocess.run(["systemd-run", "--unit", UNIT, "--collect", "-p", "LimitNOFILE=1048576",
-                    "-p", "StandardOutput=file:" + OUT, fdload, str(procs), str(fds), files],
+                    "-p", "StandardOutput=file:" + OUT, "/bin/sh", "-c", '"$@"; exit $?', "sh",
+                    fdload, str(procs), str(fds), files],
                    stdout=subprocess.DEVNULL, check=True, timeout=60)
     _ready, started, opened = wait_file(OUT, timeout=300, starts="ready").split()
     nprocs = sum(1 for name in os.listdir("/proc") if name.isdigit())
@@ -120,11 +124,18 @@ def payload_zip(wrapper, workdir, module):
 IMPORT = "import sys; sys.path.insert(0, sys.argv[1]); __import__(sys.argv[2])"
 
 
+def children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(argv):
-    started = time.monotonic()
+    """(wall s, CPU s of the command and what it reaped): on a shared 2-core host the CPU time moves
+    far less with the load than the wall time does."""
+    started, cpu = time.monotonic(), children_cpu()
     subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    check=False, timeout=300)
-    return time.monotonic() - started
+    return time.monotonic() - started, children_cpu() - cpu
 
 
 def split(reps, before=None):
@@ -140,14 +151,16 @@ def split(reps, before=None):
             runs[name] = ["python3", wrappers[name]]
             runs[name + "_load"] = ["python3", "-c", IMPORT, zips[name], MODULES["gpu_holders"]]
         runs["fuser"] = ["fuser"] + devices
-        samples = dict((name, []) for name in runs)
+        wall, cpu = dict((name, []) for name in runs), dict((name, []) for name in runs)
         names = list(runs)
-        for name in names:           # one untimed round: the page cache warm for every row
+        for name in names:           # one untimed round: the page cache (and gpu_bytecode's cache) warm
             timed(runs[name])
         for rep in range(reps):
             for name in names[rep % len(names):] + names[:rep % len(names)]:
-                samples[name].append(round(timed(runs[name]), 4))
-        print(json.dumps(samples))
+                took, used = timed(runs[name])
+                wall[name].append(round(took, 4))
+                cpu[name].append(round(used, 4))
+        print(json.dumps({"wall": wall, "cpu": cpu}))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
