@@ -74,6 +74,7 @@ class Cache(object):
 
     def __init__(self, directory):
         self.directory = directory
+        self.pruned = False
 
     def key(self, name, source):
         digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
@@ -113,7 +114,9 @@ class Cache(object):
             except OSError:
                 pass
             return
-        self.prune(keep=path)
+        if not self.pruned:     # once per run: a new version's first run stores every file
+            self.pruned = True
+            self.prune(keep=path)
 
     def prune(self, keep, now=None):
         """Remove entries not used (read or written) for MAX_AGE_S."""
