@@ -64,8 +64,8 @@ def on_node(inventory, *args):
         with open(os.path.join(tree, "node1")) as handle:
             result = json.load(handle)
     if result.get("rc") != 0:
-        raise SystemExit("holders_node.py %s failed: %s\n%s" % (" ".join(args), result.get("stderr") or result.get("msg"),
-                                                                 run.stdout[-2000:]))
+        why = result.get("stderr") or result.get("msg")
+        raise SystemExit("holders_node.py %s failed: %s\n%s" % (" ".join(args), why, run.stdout[-2000:]))
     lines = [line for line in result.get("stdout", "").splitlines() if line.strip()]
     return json.loads(lines[-1]) if lines else None
 
@@ -183,12 +183,12 @@ def report(out):
         for name in [n for n in node if n.startswith("gpu_holders") and not n.endswith("_load")]:
             over = med[name] - med["ping"]
             load = med[name + "_load"] - med["ping_load"]
+            ratio = over / med["fuser"]
             print("%s over ping: %.3f s = loading its code %.3f s + reading (NVML, /proc) and answering %.3f s; "
-                  "fuser %.3f s; (%s - ping) / fuser = %.2fx" % (name, over, load, over - load, med["fuser"], name,
-                                                                   over / med["fuser"]))
+                  "fuser %.3f s; (%s - ping) / fuser = %.2fx" % (name, over, load, over - load, med["fuser"], name, ratio))
             out["summary"]["%s %s" % (name, measure)] = {
                 "over_ping_s": over, "load_s": load, "read_s": over - load, "fuser_s": med["fuser"],
-                "ratio": over / med["fuser"]}
+                "ratio": ratio}
     path = bl.write_json("holders.json", out)
     print("\nsamples: %s" % path)
 
