@@ -68,6 +68,10 @@ _USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
 _VALID_UNIT = re.compile(r'^[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\-]+)?\.(?:service|scope)$')
 UNIT_NAME_MAX = 255
 
+# Recognisers of the families registered beside the built-in layouts (gpu_families.register):
+# each (parts root named, index, path) -> an owner (new_owner) or None, asked first at each part.
+RECOGNISERS = []
+
 
 def new_owner(kind, cgroup=None, **fields):
     """An owner record with every key present (the RETURN documents them all).
@@ -217,6 +221,10 @@ def owner_from_path(path, uids=None):
     trusted, uid = named_by_root(parts, uids)
     for index, part in enumerate(parts[:trusted]):
         rest = parts[index + 1:]
+        for recognise in RECOGNISERS:
+            owner = recognise(parts[:trusted], index, path)
+            if owner:
+                return owner
         if part == 'kubepods' or part.startswith('kubepods'):
             return _pod_owner(parts[:trusted], index, path)
         found = _CONTAINER_SCOPE.match(part)

@@ -20,6 +20,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
@@ -865,9 +866,9 @@ def test_the_protected_units_and_containers_come_from_the_ancestors_cgroups():
     cgroups = [flow.observe.describe_process(pid).cgroup for pid in surveyor.own_ancestors]
     assert surveyor.protected_units() == set(['spared.service']) | set(
         u for u in (flow.decide.unit_from_cgroup(c) for c in cgroups) if u)
-    owners = [flow.gpu_owner.owner_from_cgroup(c) for c in cgroups]
+    owners = [gpu_owner.owner_from_cgroup(c) for c in cgroups]
     assert surveyor.protected_containers() == set(
-        o['id'] for o in owners if o['kind'] == flow.gpu_owner.CONTAINER and o['id'])
+        o['id'] for o in owners if o['kind'] == gpu_owner.CONTAINER and o['id'])
 
 
 GUEST_UNIT = '0::/lxc.payload.gpuops-t-g1/system.slice/sglang.service'
