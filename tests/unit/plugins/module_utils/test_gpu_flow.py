@@ -157,10 +157,6 @@ class ScriptedActor(object):
         self.calls.append(('stop_user_unit', uid, unit, timeout))
         return say.step(lever.UNIT_STOPPED, waited=0.1, uid=uid), True
 
-    def stop_container(self, owner, grace):
-        self.calls.append(('stop_container', owner['id'], grace))
-        return say.step(lever.CONTAINER_STOPPED), True
-
     def stop_supervised(self, owner, holders, grace, status_timeout):
         self.calls.append(('stop_supervised', owner['id'], grace))
         return say.step(lever.SUPERVISED_STOPPED, waited=0.1, command='stop', watched=1.5), True, None
