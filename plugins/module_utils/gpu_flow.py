@@ -21,9 +21,11 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families as families
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_guest as guests
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_result
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 # The survey's names, as the modules and tests import them from here.
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_survey import (  # noqa: F401
@@ -72,11 +74,6 @@ def ladder_from_params(params, check_mode):
                   stop_supervised=params['stop_supervised'])
 
 
-# How long the ladder watches for a guest's systemd to restart what it killed from the host:
-# systemd's default RestartSec is 100 ms; the rest covers a slow start of the new process.
-GUEST_RESPAWN_WATCH_S = 5.0
-
-
 _guest_unit = lever.guest_unit
 
 
@@ -123,7 +120,7 @@ class Ladder(object):
         # What can bring a holder back (units, containers, ancestors, the settle window, guests).
         self.watch = respawn.Comebacks(surveyor, clock, observe.ProcError)
 
-    def _record(self, action, since=None):
+    def record(self, action, since=None):
         now = self.clock()
         action.at_s = round(now - self.started, 3)
         if since is not None:
@@ -131,7 +128,7 @@ class Ladder(object):
         self.actions.append(action)
         return action
 
-    def _look(self, full=False):
+    def look(self, full=False):
         """A new survey, as check mode's recorded steps would have left it.
 
         The ladder signals context holders only, so it reads only the processes NVML lists
@@ -140,22 +137,7 @@ class Ladder(object):
         every process read.
         """
         survey = self.surveyor.survey(full=full or self.peers)
-        return self._claimed(self.surveyor.without(survey, self.actor.ended))
-
-    def _claimed(self, survey):
-        """The survey, with every selected GPU that a holder of a guest unit seen restarting has
-        open read as not free, whatever its memory reads at that instant: the restarted server
-        opens the device before it takes its memory (a real one loads its weights first). The
-        soak's guest trials (seed 3005: 6, 43, 78) saw the comeback 0.2 s after the kill with
-        its GPU still reading free, and the failure named only another GPU's protected holder."""
-        units = self.watch.guest_units
-        if not units:
-            return survey
-        claimed = set(g for h in survey.holders_of_selected() if _guest_unit(h) in units for g in h['gpus'])
-        for row in survey.rows:
-            if row['index'] in claimed:
-                row['free'] = False
-        return survey
+        return guests.claimed(self.surveyor.without(survey, self.actor.ended), self.watch.guest_units)
 
     # --- the ladder -------------------------------------------------------------------------
 
@@ -172,16 +154,16 @@ class Ladder(object):
     def _run(self):
         first = self.surveyor.survey(full=self.peers)
         if first.free:
-            return self._result(first, first)
+            return gpu_result.result(self, first, first)
         try:
             last = self._climb(first)
         except (observe.ObserveError, pattern_error()) as exc:
             # The driver stopped answering after the ladder acted: say what was done so far, and
             # let go of what it froze (the host no worse than it was found).
             self._thaw()
-            return self._interrupted(first, exc)
+            return gpu_result.interrupted(self, first, exc)
         # Check mode changed nothing: the GPUs are as the first survey found them.
-        return self._result(first, first if self.actor.recording else last)
+        return gpu_result.result(self, first, first if self.actor.recording else last)
 
     def _climb(self, first):
         """The ladder proper, from the first survey to the last; returns the last survey. Each
@@ -203,9 +185,9 @@ class Ladder(object):
             if not targets or self.watch.respawners:
                 break
             if attempt > 0:
-                self._record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
-                                        say.step(lever.RESCAN_FOUND, count=len(targets)), False,
-                                        pids=[t['pid'] for t in targets]))
+                self.record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
+                                       say.step(lever.RESCAN_FOUND, count=len(targets)), False,
+                                       pids=[t['pid'] for t in targets]))
             self._watch_parents(targets)
             self._escalate(targets, context)
             current, left = self._verify(targets)
@@ -220,12 +202,12 @@ class Ladder(object):
                 continue
             if not self._settle(current):
                 break
-            current = self._look()
+            current = self.look()
         self._give_up_respawns()
         if not current.free:
             current = self._wait_release(current)
         if not current.free and self.allow_reset:
-            current = self._reset(self._look(full=True))
+            current = self._reset(self.look(full=True))
         return current
 
     def _plan(self, survey):
@@ -244,10 +226,10 @@ class Ladder(object):
         Returns (the survey, its targets where they were planned here, else None): the pass that
         follows asks for them again only when they were not (each survey is planned once)."""
         self.watch.guest_pending |= set(_guest_unit(t) for t in signalled) - set([None])
-        current = self._look()
+        current = self.look()
         left = self._targets(current) if self.watch.guest_pending and not current.free else None
         if current.free or (self.watch.guest_pending and not left):
-            return self._watch_guest_respawn(current), None
+            return guests.watch_comeback(self, current), None
         return current, left
 
     def _targets(self, survey):
@@ -261,34 +243,6 @@ class Ladder(object):
             return targets
         return [t for t in targets if lever.container_lever(t).watch != lever.WATCH_CONTAINER]
 
-    def _watch_guest_respawn(self, survey):
-        """After killing processes of a guest's service from its host, watch for the guest's own
-        systemd to start them again (this host can neither see nor stop that unit): poll the
-        GPUs for up to GUEST_RESPAWN_WATCH_S for a holder of one of those units, and return the
-        survey that shows the comeback, or the last one."""
-        units, self.watch.guest_pending = self.watch.guest_pending, set()
-        if not units or self.actor.recording:
-            return survey
-        seen = {'survey': survey}
-
-        def came_back():
-            seen['survey'] = self._look()
-            return any(_guest_unit(h) in units for h in seen['survey'].holders_of_selected())
-
-        since = self.clock()
-        back, waited = self.actor.wait_until(came_back, GUEST_RESPAWN_WATCH_S)
-        watched = sorted(u[1] for u in units)
-        if not back:
-            self._record(act.Action('watch_respawn', ', '.join(watched), say.step(lever.GUEST_NOT_BACK, waited=waited),
-                                    False, guest_units=watched), since)
-            return seen['survey']
-        again = [h for h in seen['survey'].holders_of_selected() if _guest_unit(h) in units]
-        self.watch.guest_units |= set(_guest_unit(h) for h in again)
-        self._claimed(seen['survey'])
-        self._record(act.Action('watch_respawn', ', '.join(watched), say.step(lever.GUEST_BACK, waited=waited, holders=again),
-                                False, guest_units=watched), since)
-        return seen['survey']
-
     def grace(self):
         """The grace an owner's stop gives its processes: none with `force`."""
         return 0 if self.force else self.term_timeout
@@ -300,7 +254,7 @@ class Ladder(object):
         (the last survey, whether it reads free after a pull: the ladder is done)."""
         for one in families.LADDER:
             if one.stage == family.OWNERS and self._pull_family(one, survey, context):
-                survey = self._look()
+                survey = self.look()
                 if survey.free:
                     return survey, True
         return survey, False
@@ -332,7 +286,7 @@ class Ladder(object):
             if changed and one.ends_holders:
                 self.ended_gpus.update(g for h in owned for g in h['gpus'])
             step, target, details = one.phrase(chosen)
-            self._record(act.Action(step, target, result, changed, **details), since)
+            self.record(act.Action(step, target, result, changed, **details), since)
         return pulled
 
     # --- respawns (gpu_respawn: which ancestors are watched, what counts as a respawn) -----------
@@ -377,8 +331,8 @@ class Ladder(object):
                 result = say.step(lever.SETTLE_BOUND, bound=respawn.WATCH_S, alive=alive)
             else:
                 result = say.step(lever.SETTLE_NONE_ALIVE, took=took)
-            self._record(act.Action('settle', 'PID %s' % ', '.join(str(p) for p in watched), result, False,
-                                    pids=watched, watched_s=round(took, 3), bound_s=respawn.WATCH_S), since)
+            self.record(act.Action('settle', 'PID %s' % ', '.join(str(p) for p in watched), result, False,
+                                   pids=watched, watched_s=round(took, 3), bound_s=respawn.WATCH_S), since)
         return bool(found)
 
     def _respawn(self, pid, new_pids, survey):
@@ -401,8 +355,8 @@ class Ladder(object):
             result = say.step(lever.RESPAWNER_REFUSED, back=back, parent=parent, refusal=refusal)
         else:
             result = say.step(lever.RESPAWNER_TARGET, back=back, depth=entry.depth)
-        self._record(act.Action('respawn', say.who(parent), result, False, pid=pid, name=parent['name'],
-                                pids=list(new_pids)))
+        self.record(act.Action('respawn', say.who(parent), result, False, pid=pid, name=parent['name'],
+                               pids=list(new_pids)))
         if not refusal:
             self.watch.next_targets += self._freeze(parent, entry, survey)
 
@@ -490,9 +444,9 @@ class Ladder(object):
         for holder, _action in killed:
             if self.actor.alive([holder]):
                 self.unreachable.add(holder['pid'])
-                self._record(act.Action('unreachable', say.who(holder),
-                                        say.step(lever.ALIVE_AFTER_KILL_STEP, state=self.actor.state_of(holder)),
-                                        False, pid=holder['pid'], name=holder['name']))
+                self.record(act.Action('unreachable', say.who(holder),
+                                       say.step(lever.ALIVE_AFTER_KILL_STEP, state=self.actor.state_of(holder)),
+                                       False, pid=holder['pid'], name=holder['name']))
 
     def _wait_outcomes(self, sent, timeout, signame):
         """Wait for the processes `sent` (holder, action) a signal to exit; say in each action
@@ -519,8 +473,8 @@ class Ladder(object):
         if changed:
             self.ended_gpus.update(holder['gpus'])
         step = act.SIGNAL_NAMES[signum].lower()
-        return self._record(act.Action(step, say.who(holder), result, changed, pid=holder['pid'],
-                                       name=holder['name'], gpus=holder['gpus']))
+        return self.record(act.Action(step, say.who(holder), result, changed, pid=holder['pid'],
+                                      name=holder['name'], gpus=holder['gpus']))
 
     def _wait_release(self, survey):
         """Wait for the memory of the GPUs that can still come back; end at once when none can.
@@ -554,9 +508,9 @@ class Ladder(object):
             restarting = self.watch.guest_units
             held = [(index, [(h, _held_code(h, self.unreachable, restarting)) for h in kept])
                     for index, kept in sorted(blocked.items())]
-            self._record(act.Action('wait_release', 'GPU %s' % _indices(selected),
-                                    say.step(lever.NOT_WAITED, blocked=held, unseen=unseen),
-                                    False, gpus=selected, waited_s=0.0))
+            self.record(act.Action('wait_release', 'GPU %s' % _indices(selected),
+                                   say.step(lever.NOT_WAITED, blocked=held, unseen=unseen),
+                                   False, gpus=selected, waited_s=0.0))
             return survey
         back, waited = self.actor.wait_until(lambda: self.surveyor.memory_back(hopeful, spared),
                                              self.release_timeout)
@@ -566,9 +520,9 @@ class Ladder(object):
             result = say.step(lever.MEMORY_BACK, waited=waited)
         else:
             result = say.step(lever.MEMORY_HELD, waited=waited)
-        self._record(act.Action('wait_release', 'GPU %s' % _indices(hopeful), result, False,
-                                gpus=hopeful, waited_s=round(waited, 3)))
-        return self._look()
+        self.record(act.Action('wait_release', 'GPU %s' % _indices(hopeful), result, False,
+                               gpus=hopeful, waited_s=round(waited, 3)))
+        return self.look()
 
     def _falling(self, indices, spared):
         """Whether the used memory of any of these GPUs falls within FALLING_S."""
@@ -587,80 +541,17 @@ class Ladder(object):
             target = 'GPU %d' % row['index']
             users = [h for h in survey.holders if row['index'] in h['gpus']]
             if users:
-                self._record(act.Action('reset', target, say.step(lever.RESET_SKIPPED, pids=[h['pid'] for h in users]),
-                                        False, gpu=row['index']))
+                self.record(act.Action('reset', target, say.step(lever.RESET_SKIPPED, pids=[h['pid'] for h in users]),
+                                       False, gpu=row['index']))
                 continue
             for what, argv in self.surveyor.backend.reset_commands(row['index'], row['persistence_mode']):
                 since = self.clock()
                 result, changed = self.actor.run(argv, self.surveyor.nvml_timeout)
-                self._record(act.Action(what, target, result, changed, gpu=row['index']), since)
+                self.record(act.Action(what, target, result, changed, gpu=row['index']), since)
                 if what == 'reset' and changed:
                     reset = True
                     self.ended_gpus.add(row['index'])
         return self._wait_release(survey) if reset else survey
-
-    # --- the report -------------------------------------------------------------------------
-
-    def _changed(self):
-        """Something was stopped, signalled or reset (in check mode: would be)."""
-        return any(a.changed for a in self.actions)
-
-    def _common(self, first):
-        return {
-            'changed': self._changed(),
-            'actions': [a.as_result() for a in self.actions],
-            'before': first.rows,
-            'elapsed_s': round(self.clock() - self.started, 3),
-            'holders': first.holders_of_selected(),
-            'backend': first.snapshot.backend,
-        }
-
-    def _interrupted(self, first, exc):
-        result = self._common(first)
-        result.update({
-            'after': [],
-            'free': False,
-            'spared': first.spared,
-            'remaining': [],
-            'diagnosis': first.diagnosis,
-            'msg': say.interrupted(exc, len(self.actions)),
-        })
-        return result
-
-    def _result(self, first, last):
-        result = self._common(first)
-        remaining = []
-        if not last.free:
-            targets, left = decide.plan_targets(last.holders, last.selected, self.match, last.spared_pids,
-                                                self.peers)
-            remaining = left + [dict(t, reason=say.remaining(decide.SURVIVED), reason_code=decide.SURVIVED)
-                                for t in targets]
-            held = set(row['index'] for row in last.rows if not row['free'])
-            seen = set(h['pid'] for h in remaining) | last.spared_pids
-            # Handles on a GPU still held block its reset; name them, never signal them. A peer
-            # mapper is named with what holds the memory and the lever (peers: true).
-            for h in last.holders:
-                if h['pid'] in seen or not set(h['gpus']) & held:
-                    continue
-                peer_held = sorted(held & set(h['peer_gpus']))
-                if peer_held:
-                    remaining.append(dict(h, reason=say.remaining(decide.PEER_MEMORY, peer_held),
-                                          lever=say.peer_lever(h, peer_held[0]), reason_code=decide.PEER_MEMORY))
-                else:
-                    remaining.append(dict(h, reason=say.remaining(decide.DEVICE_OPEN), reason_code=decide.DEVICE_OPEN))
-        for parent in self.watch.respawners:
-            remaining.append(dict(((k, v) for k, v in parent.items() if k != 'respawned'), reason_code=decide.RESPAWNS))
-        result.update({
-            'after': last.rows,
-            'free': last.free and not self.watch.respawners,
-            'spared': last.spared,
-            'remaining': remaining,
-            'diagnosis': last.diagnosis,
-        })
-        if not result['free'] and not self.actor.recording:
-            result['msg'] = say.failure_message(last.rows, remaining, result['elapsed_s'], self.allow_reset,
-                                                self.watch.respawners, say.blind(self.surveyor.access))
-        return result
 
 
 def _unique(holders):
