@@ -35,7 +35,8 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import esc
 POD, CONTAINER, GUEST, USER, SERVICE, SESSION, SCOPE, NONE = (
     'pod', 'container', 'guest', 'user', 'service', 'session', 'scope', 'none')
 # A process supervisor's program (gpu_supervisor): never read from a cgroup, only from the
-# holder's ancestry (gpu_flow.supervise_owners); it ranks after container and guest, before service.
+# holder's ancestry (gpu_family_supervisor.Supervisor.recognise_all); it ranks after container
+# and guest, before service.
 SUPERVISOR = 'supervisor'
 # Why an owner's CLI (a runtime's, a supervisor's) gave no answer: `cli_error` {'code', 'text'}.
 CLI_MISSING, CLI_TIMEOUT, CLI_FAILED = 'cli_missing', 'cli_timeout', 'cli_failed'
