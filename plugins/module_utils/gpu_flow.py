@@ -363,16 +363,18 @@ class Ladder(object):
     def _freeze(self, parent, entry, survey):
         """SIGSTOP the respawner, then, top down, what started under it since the watch began,
         until nothing new appears: a stopped process forks nothing, so no restarted worker
-        escapes between this look and the signals. Returns them (state stopped: the ladder sends
-        SIGCONT right after SIGTERM)."""
+        escapes between this look and the signals. Returns them; the Ladder keeps that it froze
+        them (Comebacks.frozen, its own state, never the holder's) and sends SIGCONT right after
+        SIGTERM."""
         frozen, seen = [], set()
         candidates = [parent]
         for _round in range(8):
             for holder in candidates:
                 action = self._signal(holder, signal.SIGSTOP)
                 if action.changed:
-                    holder['state'] = 'stopped'
                     self.watch.frozen[(holder['pid'], holder['start_time'])] = holder
+                    if holder is parent:
+                        self.watch.frozen_respawners.add((holder['pid'], holder['start_time']))
                     frozen.append(holder)
             fresh = [p for p in self.watch.parents.new_descendants(entry) if p not in seen]
             seen.update(fresh)
@@ -383,7 +385,6 @@ class Ladder(object):
                 except observe.ProcessGone:
                     continue
                 if not child['protected']:
-                    child['kind'] = 'respawned'
                     candidates.append(child)
             if not candidates:
                 break
@@ -393,7 +394,8 @@ class Ladder(object):
         """Respawners still to be ended when the passes ran out are named, not ended, and what it
         froze is let go (SIGCONT): the host is left as it was found."""
         for target in self.watch.take_next_targets():
-            if target['kind'] == 'respawner' and (target['pid'], target['start_time']) not in self.killed:
+            key = (target['pid'], target['start_time'])
+            if key in self.watch.frozen_respawners and key not in self.killed:
                 self.watch.respawners.append(dict(target, reason=say.respawner_refusal(target, lever.PASSES_RAN_OUT),
                                                   respawned='see actions'))
         self._thaw()
@@ -422,7 +424,8 @@ class Ladder(object):
             # A stopped process acts on SIGTERM only once continued: SIGCONT right after it, as
             # systemd does.
             for holder, action in terms:
-                if action.changed and holder['state'] == 'stopped':
+                if action.changed and (holder['state'] == 'stopped'
+                                       or (holder['pid'], holder['start_time']) in self.watch.frozen):
                     self._signal(holder, signal.SIGCONT)
                     self.watch.frozen.pop((holder['pid'], holder['start_time']), None)
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers

@@ -296,6 +296,7 @@ class Comebacks(object):
         self.supervised = set()
         self.parents = Watch(reader, clock, proc_error)
         self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
+        self.frozen_respawners = set()  # (pid, start_time) of the respawners themselves among them
         self.next_targets = []    # respawners (and their new processes) to end next
         self.respawners = []      # respawning ancestors this run may not end: the failure names them
         self.guest_units = set()  # (guest cgroup, unit) seen restarting what was killed

@@ -680,6 +680,30 @@ def test_what_was_frozen_is_let_go_and_named_when_the_passes_run_out():
     assert 'the passes ran out' in result['msg']
 
 
+def test_what_the_ladder_froze_is_its_own_state_never_written_into_the_holders():
+    """Issue 32 item 2: the ladder's own state (frozen, a respawner or what it started) lives in
+    the Ladder (gpu_respawn.Comebacks), not in the holder records: each process it SIGSTOPs
+    reads at the end of the run as it was observed."""
+    class Keeping(ScriptedActor):
+        def __init__(self):
+            ScriptedActor.__init__(self)
+            self.stopped = []
+
+        def signal(self, holder, signum, never):
+            if signum == signal.SIGSTOP:
+                self.stopped.append((holder, dict(holder)))
+            return ScriptedActor.signal(self, holder, signum, never)
+
+    actor = Keeping()
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    host = Host(actor, held_under(50), free(), table=loop_table(retitled),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
+    result = ladder(host, actor, passes=0).run()
+    assert [h['pid'] for h, _seen in actor.stopped] == [50, 12]
+    assert [h for h, _seen in actor.stopped] == [seen for _h, seen in actor.stopped]
+    assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
+
+
 def test_a_respawn_beside_a_protected_holder_on_another_gpu_is_still_watched_and_its_respawner_ended():
     """Found by the soak (seed 2205, trials 55, 72, 75, 81, 84): GPU 1 kept by a protected holder
     made the ladder skip the respawn watch, so the loop on GPU 0 restarted its holder and the
