@@ -28,7 +28,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_result
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 # The survey's names, as the modules and tests import them from here.
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_survey import (  # noqa: F401
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_survey import (  # noqa: F401 pylint: disable=unused-import
     SURVEY_ARGUMENT_SPEC, Survey, Surveyor, name_owners, pattern_error, pattern_set, survey_param_error,
     survey_result, surveyor_from_params)
 
