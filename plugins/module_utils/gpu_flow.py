@@ -424,8 +424,8 @@ class Ladder(object):
             # A stopped process acts on SIGTERM only once continued: SIGCONT right after it, as
             # systemd does.
             for holder, action in terms:
-                if action.changed and (holder['state'] == 'stopped'
-                                       or (holder['pid'], holder['start_time']) in self.watch.frozen):
+                frozen = (holder['pid'], holder['start_time']) in self.watch.frozen
+                if action.changed and (holder['state'] == 'stopped' or frozen):
                     self._signal(holder, signal.SIGCONT)
                     self.watch.frozen.pop((holder['pid'], holder['start_time']), None)
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
