@@ -117,6 +117,7 @@ class Ladder(object):
         self.killed = set()       # (pid, start_time) that already got SIGKILL: never again
         self.ended_gpus = set()   # GPUs whose holders this run signalled or whose units it stopped
         self.unreachable = set()  # PIDs alive after SIGKILL
+        self.protected = (set(), set())   # the units and containers never stopped (_climb reads them)
         # What can bring a holder back (units, containers, ancestors, the settle window, guests).
         self.watch = respawn.Comebacks(surveyor, clock, observe.ProcError)
 
@@ -169,16 +170,10 @@ class Ladder(object):
         """The ladder proper, from the first survey to the last; returns the last survey. Each
         pass: plan (the levers for what holds the selected GPUs), pull (owners' stops, then the
         signals), watch (what could bring a holder back), verify (a new survey)."""
-        protected_units = self.surveyor.protected_units()
-        protected_containers = self.surveyor.protected_containers()
+        self.protected = (self.surveyor.protected_units(), self.surveyor.protected_containers())
         current = first
         for attempt in range(self.passes + 1):
-            # A supervisor's unit is never stopped whole (it ends every program it runs): a holder
-            # left in it outside the supervisor (an orphan of a stopped program) is signalled.
-            context = family.Context(self.match, protected_units | set(self.surveyor.supervisor_units),
-                                     protected_containers, self.surveyor.backend.infrastructure_units,
-                                     self.grace())
-            current, done = self._pull_owners(context, current)
+            current, done = self._pull_owners(current)
             if done:
                 break
             targets = self._plan(current)
@@ -189,7 +184,7 @@ class Ladder(object):
                                        say.step(lever.RESCAN_FOUND, count=len(targets)), False,
                                        pids=[t['pid'] for t in targets]))
             self._watch_parents(targets)
-            self._escalate(targets, context)
+            self._escalate(targets)
             current, left = self._verify(targets)
             if self._respawned(current):
                 continue
@@ -247,13 +242,21 @@ class Ladder(object):
         """The grace an owner's stop gives its processes: none with `force`."""
         return 0 if self.force else self.term_timeout
 
-    def _pull_owners(self, context, survey):
+    def _context(self):
+        """What the families' levers are planned with now (gpu_family.Context). A supervisor's
+        unit is never stopped whole (it ends every program it runs): a holder left in it outside
+        the supervisor (an orphan of a stopped program) is signalled; each survey may find one."""
+        units, containers = self.protected
+        return family.Context(self.match, set(units) | set(self.surveyor.supervisor_units), containers,
+                              self.surveyor.backend.infrastructure_units, self.grace())
+
+    def _pull_owners(self, survey):
         """The owners' own stops first, in the families' order (gpu_families: a container's init
         is reachable no other way, and its restart policy or a supervisor's autorestart brings
         back whatever is killed inside), a new survey after each family that pulled. Returns
         (the last survey, whether it reads free after a pull: the ladder is done)."""
         for one in families.LADDER:
-            if one.stage == family.OWNERS and self._pull_family(one, survey, context):
+            if one.stage == family.OWNERS and self._pull_family(one, survey, self._context()):
                 survey = self.look()
                 if survey.free:
                     return survey, True
@@ -262,8 +265,8 @@ class Ladder(object):
     def _pull_family(self, one, survey, context, targets=None):
         """Plan and pull a family's levers (gpu_family): over the survey's holders of the selected
         GPUs, or over `targets` (the pass's, for a family whose stage is UNITS); each owner once
-        in the pass, and once a run for a family whose levers are `once`. Returns the levers
-        pulled with the holders each ends ([(lever, holders)])."""
+        in the pass, never one the family has `seen` pulled this run. Returns the levers pulled
+        with the holders each ends ([(lever, holders)])."""
         if not self.options[one.option]:
             return []
         if targets is None:
@@ -409,8 +412,8 @@ class Ladder(object):
 
     # --- signals ----------------------------------------------------------------------------
 
-    def _escalate(self, targets, context):
-        pulled = []
+    def _escalate(self, targets):
+        pulled, context = [], self._context()
         for one in families.LADDER:
             # A user's own service goes through her own manager, run as her: it can stop
             # nothing she could not stop herself. System units first, then users' units.
