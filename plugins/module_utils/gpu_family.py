@@ -16,8 +16,8 @@ pod) answers six questions:
 - comeback: what the ladder remembers after the pull, so nothing comes back unseen;
 - phrase: the action's step, target and details (the sentence is gpu_say's, by code).
 
-gpu_families holds the ordered list the Ladder walks. A family that ships a new runtime is a
-module of its own plus its tests (docs/DEVELOPING.md, "A new runtime").
+gpu_families holds the ordered list the Ladder walks. A new runtime is a family module of its
+own, registered in gpu_families, plus its tests (docs/DEVELOPING.md, "A new runtime").
 """
 
 from __future__ import absolute_import, division, print_function
