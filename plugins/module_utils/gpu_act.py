@@ -258,22 +258,6 @@ class HostActor(object):
             return say.step(gpu_lever.UNIT_STOPPED, waited=waited, uid=uid), True
         return say.step(gpu_lever.UNIT_STOPPING, timeout=timeout), True
 
-    @staticmethod
-    def stop_container(owner, grace):
-        """Stop a container through its runtime (`podman stop -t GRACE ID`, never a removal), so
-        that its restart policy cannot bring its processes back and its init is reached.
-
-        The runtime sends the container's stop signal, waits up to `grace` seconds, then SIGKILLs;
-        the command returns once the container has exited.
-        """
-        argv = gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace)
-        if not argv:
-            return say.step(gpu_lever.NO_STOP, runtime=owner['runtime']), False
-        rc, out = run_command(argv, timeout=grace + 30)
-        if rc == 0:
-            return say.step(gpu_lever.CONTAINER_STOPPED), True
-        return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
-
     def stop_supervised(self, owner, holders, grace, status_timeout):
         """Stop one program through its own supervisor (gpu_supervisor's row: `supervisorctl
         stop`, `sv force-stop`, `s6-svc -d`, `pm2 stop`, pm2's as its user), then poll the
@@ -455,12 +439,6 @@ class RecordingActor(object):
         self.ended.update((h['pid'], h['start_time']) for h in holders)
         return say.step(gpu_lever.WOULD_STOP_SUPERVISED, argv=supervisors.argv(
             owner['runtime'], 'stop', owner['supervisor'], owner['id'], grace)), True, None
-
-    @staticmethod
-    def stop_container(owner, grace):
-        if not gpu_lever.runtime_argv(owner['runtime'], 'stop', owner, grace=grace):
-            return say.step(gpu_lever.NO_STOP, runtime=owner['runtime']), False
-        return say.step(gpu_lever.WOULD_STOP_CONTAINER, grace=grace), True
 
     def signal(self, holder, signum, never):
         key = (holder['pid'], holder['start_time'])

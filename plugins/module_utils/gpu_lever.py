@@ -15,8 +15,9 @@ runtime, a pod, a guest, a respawning ancestor, none) calls for one lever (`Leve
 
 All platform knowledge (which command reaches which owner, and how it comes back) is a row of
 `UNITS`, `RUNTIMES` or `SUPERVISORS` below; adding a runtime or a supervisor is a row plus its
-tests (docs/DEVELOPING.md). Pure: codes only; gpu_say writes the sentences, gpu_act runs the
-argv, gpu_observe runs `inspect`.
+tests, or, for a runtime with a cgroup layout of its own, a family module (gpu_family) that
+brings its row (docs/DEVELOPING.md). Pure: codes only; gpu_say writes the sentences, the owner
+families (gpu_family_*) pull the levers through the actor, gpu_observe runs `inspect`.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -567,7 +567,7 @@ def describe_process(pid, proc='/proc'):
 
 def read_cgroup(pid, proc='/proc'):
     """/proc/PID/cgroup text of one process ('' when this user may not read it); raises
-    ProcessGone. All that the module's own ancestors are read for (gpu_flow.Surveyor's
+    ProcessGone. All that the module's own ancestors are read for (gpu_survey.Surveyor's
     protected units and containers): describing each fully (7 reads, a passwd look-up, the
     cgroup directories' owners) took 0.24 ms a process on an H200 host (tests/gpu s12 run9's
     profile: 8 ranks in 1.95 ms), twice per ancestor per run, before the first signal."""

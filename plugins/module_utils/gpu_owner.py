@@ -35,7 +35,8 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import esc
 POD, CONTAINER, GUEST, USER, SERVICE, SESSION, SCOPE, NONE = (
     'pod', 'container', 'guest', 'user', 'service', 'session', 'scope', 'none')
 # A process supervisor's program (gpu_supervisor): never read from a cgroup, only from the
-# holder's ancestry (gpu_flow.supervise_owners); it ranks after container and guest, before service.
+# holder's ancestry (gpu_family_supervisor.Supervisor.recognise_all); it ranks after container
+# and guest, before service.
 SUPERVISOR = 'supervisor'
 # Why an owner's CLI (a runtime's, a supervisor's) gave no answer: `cli_error` {'code', 'text'}.
 CLI_MISSING, CLI_TIMEOUT, CLI_FAILED = 'cli_missing', 'cli_timeout', 'cli_failed'
@@ -67,6 +68,10 @@ _USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
 # 255 characters. Nothing else, no glob character (`*?[]`), ever reaches systemctl.
 _VALID_UNIT = re.compile(r'^[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\-]+)?\.(?:service|scope)$')
 UNIT_NAME_MAX = 255
+
+# Recognisers of the families registered beside the built-in layouts (gpu_families.register):
+# each (parts root named, index, path) -> an owner (new_owner) or None, asked first at each part.
+RECOGNISERS = []
 
 
 def new_owner(kind, cgroup=None, **fields):
@@ -217,6 +222,10 @@ def owner_from_path(path, uids=None):
     trusted, uid = named_by_root(parts, uids)
     for index, part in enumerate(parts[:trusted]):
         rest = parts[index + 1:]
+        for recognise in RECOGNISERS:
+            owner = recognise(parts[:trusted], index, path)
+            if owner:
+                return owner
         if part == 'kubepods' or part.startswith('kubepods'):
             return _pod_owner(parts[:trusted], index, path)
         found = _CONTAINER_SCOPE.match(part)

@@ -38,7 +38,7 @@ What it costs: nothing for orphans of PID 1 (the seeds' hand-started servers) or
 whose parent is this module's tree; otherwise polling the watched ancestors' descendants until
 one brings a holder back or none is left alive, at most WATCH_S.
 
-No I/O here: Watch reads the host through the reader it is given (gpu_flow.Surveyor), so tests
+No I/O here: Watch reads the host through the reader it is given (gpu_survey.Surveyor), so tests
 drive it with a written process table.
 """
 
@@ -149,8 +149,8 @@ class Watch(object):
         ending = set(t['pid'] for t in targets)
         own_tree = self.reader.own_ancestors
         # Each ancestor read once per call, not once per target below it: 24 ranks under one
-        # launcher read it 24 times (with gpu_flow.supervise_owners' the same: first signal at 34
-        # ms instead of 52, bench/run reclaim --shape ranks).
+        # launcher read it 24 times (with gpu_family_supervisor's recognise_all the same: first
+        # signal at 34 ms instead of 52, bench/run reclaim --shape ranks).
         links = {}
         for target in targets:
             parent = target.get('ppid')
@@ -296,6 +296,7 @@ class Comebacks(object):
         self.supervised = set()
         self.parents = Watch(reader, clock, proc_error)
         self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
+        self.frozen_respawners = set()  # (pid, start_time) of the respawners themselves among them
         self.next_targets = []    # respawners (and their new processes) to end next
         self.respawners = []      # respawning ancestors this run may not end: the failure names them
         self.guest_units = set()  # (guest cgroup, unit) seen restarting what was killed

@@ -20,6 +20,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
@@ -155,10 +156,6 @@ class ScriptedActor(object):
     def stop_user_unit(self, uid, unit, timeout):
         self.calls.append(('stop_user_unit', uid, unit, timeout))
         return say.step(lever.UNIT_STOPPED, waited=0.1, uid=uid), True
-
-    def stop_container(self, owner, grace):
-        self.calls.append(('stop_container', owner['id'], grace))
-        return say.step(lever.CONTAINER_STOPPED), True
 
     def stop_supervised(self, owner, holders, grace, status_timeout):
         self.calls.append(('stop_supervised', owner['id'], grace))
@@ -683,6 +680,30 @@ def test_what_was_frozen_is_let_go_and_named_when_the_passes_run_out():
     assert 'the passes ran out' in result['msg']
 
 
+def test_what_the_ladder_froze_is_its_own_state_never_written_into_the_holders():
+    """Issue 32 item 2: the ladder's own state (frozen, a respawner or what it started) lives in
+    the Ladder (gpu_respawn.Comebacks), not in the holder records: each process it SIGSTOPs
+    reads at the end of the run as it was observed."""
+    class Keeping(ScriptedActor):
+        def __init__(self):
+            ScriptedActor.__init__(self)
+            self.stopped = []
+
+        def signal(self, holder, signum, never):
+            if signum == signal.SIGSTOP:
+                self.stopped.append((holder, dict(holder)))
+            return ScriptedActor.signal(self, holder, signum, never)
+
+    actor = Keeping()
+    retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
+    host = Host(actor, held_under(50), free(), table=loop_table(retitled),
+                programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
+    result = ladder(host, actor, passes=0).run()
+    assert [h['pid'] for h, _seen in actor.stopped] == [50, 12]
+    assert [h for h, _seen in actor.stopped] == [seen for _h, seen in actor.stopped]
+    assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
+
+
 def test_a_respawn_beside_a_protected_holder_on_another_gpu_is_still_watched_and_its_respawner_ended():
     """Found by the soak (seed 2205, trials 55, 72, 75, 81, 84): GPU 1 kept by a protected holder
     made the ladder skip the respawn watch, so the loop on GPU 0 restarted its holder and the
@@ -865,9 +886,9 @@ def test_the_protected_units_and_containers_come_from_the_ancestors_cgroups():
     cgroups = [flow.observe.describe_process(pid).cgroup for pid in surveyor.own_ancestors]
     assert surveyor.protected_units() == set(['spared.service']) | set(
         u for u in (flow.decide.unit_from_cgroup(c) for c in cgroups) if u)
-    owners = [flow.gpu_owner.owner_from_cgroup(c) for c in cgroups]
+    owners = [gpu_owner.owner_from_cgroup(c) for c in cgroups]
     assert surveyor.protected_containers() == set(
-        o['id'] for o in owners if o['kind'] == flow.gpu_owner.CONTAINER and o['id'])
+        o['id'] for o in owners if o['kind'] == gpu_owner.CONTAINER and o['id'])
 
 
 GUEST_UNIT = '0::/lxc.payload.gpuops-t-g1/system.slice/sglang.service'

@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Families: the ordered list of owner families (gpu_family) the Ladder walks, and how another
+family joins it.
+
+The order is the ladder's: a container first (its init is reachable no other way, and its
+restart policy brings back whatever is killed inside), then a supervisor's program (its
+autorestart does the same), then, on the pass's targets right before their signals, the system
+manager's units and then users' own; a guest's and a pod's levers are a person's.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_container
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_guest
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_pod
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_supervisor
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_unit
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_user_unit
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+
+CONTAINER = gpu_family_container.FAMILY
+SUPERVISOR = gpu_family_supervisor.FAMILY
+SYSTEM_UNIT = gpu_family_unit.FAMILY
+USER_UNIT = gpu_family_user_unit.FAMILY
+GUEST = gpu_family_guest.FAMILY
+POD = gpu_family_pod.FAMILY
+
+LADDER = [CONTAINER, SUPERVISOR, SYSTEM_UNIT, USER_UNIT, GUEST, POD]
+
+
+def of(owner):
+    """The first family in ladder order that answers for `owner`, or None (a scope, a session,
+    no owner: the signals are its lever)."""
+    for family in LADDER:
+        if family.owns(owner):
+            return family
+    return None
+
+
+def register(family, before):
+    """Add `family` to the ladder before the family named `before`; its runtime row (if any)
+    joins gpu_lever.RUNTIMES and its recogniser gpu_owner's. Undone by unregister."""
+    index = [f.name for f in LADDER].index(before)
+    LADDER.insert(index, family)
+    if family.row:
+        gpu_lever.RUNTIMES[family.runtime] = family.row
+    if family.recognise is not gpu_family.Family.recognise:
+        gpu_owner.RECOGNISERS.append(family.recognise)
+
+
+def unregister(family):
+    LADDER.remove(family)
+    if family.row:
+        gpu_lever.RUNTIMES.pop(family.runtime, None)
+    if family.recognise in gpu_owner.RECOGNISERS:
+        gpu_owner.RECOGNISERS.remove(family.recognise)

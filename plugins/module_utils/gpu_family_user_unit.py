@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuops.reclaim contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The user unit family (gpu_family): a service of a user's own systemd manager.
+
+- recognise: gpu_owner (the innermost valid service below user@UID.service, the user's text);
+- facts: `systemctl --user show` as that user (gpu_observe.user_unit_facts);
+- lever: `systemctl --user stop` as the user (gpu_lever.user_unit_lever, gpu_trust.STOP_USER_UNIT):
+  it can stop nothing she could not stop herself;
+- pull: the actor's stop_user_unit, through her manager's private socket, polled like a unit;
+- comeback: as a system unit's (gpu_respawn.Comebacks.units, keyed (uid, unit)).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+
+
+class UserUnit(family.Family):
+
+    name = 'user_unit'
+    kinds = (gpu_owner.USER,)
+    stage = family.UNITS
+    option = 'stop_units'
+    ends_holders = True
+    store = 'user_units'
+
+    @staticmethod
+    def owns(owner):
+        return owner.get('manager') == gpu_owner.USER_MANAGER
+
+    def facts_key(self, owner):
+        if self.owns(owner) and (owner.get('unit') or '').endswith('.service'):
+            return owner['uid'], owner['unit']
+        return None
+
+    @staticmethod
+    def facts(owner, timeout):
+        return observe.user_unit_facts(owner['uid'], owner['unit'])
+
+    @staticmethod
+    def candidate(holder, selected):
+        return True    # planned over the pass's targets, which are on the selected GPUs
+
+    def lever(self, holder, context):
+        return lever.user_unit_lever(holder)
+
+    def pull(self, chosen, owned, ladder):
+        uid, unit = chosen.key
+        return ladder.actor.stop_user_unit(uid, unit, ladder.grace())
+
+    @staticmethod
+    def comeback(chosen, changed, watch):
+        if changed:
+            watch.units.add(chosen.key)
+
+    def phrase(self, chosen):
+        uid, unit = chosen.key
+        return 'stop_user_unit', unit, {'unit': unit, 'uid': uid}
+
+
+FAMILY = UserUnit()
