@@ -10,8 +10,9 @@ shapes with real processes (a hand restart, a one-shot fault of the stand-in, SI
 SIGCONT), then runs the inference_service role once over all slots (bench/server_soak.yml: one
 inventory host per slot, in parallel) and judges each slot against what its shape must end as:
 
-  loading        restarted by hand, loading for 20-35 s within its health timeout:
-                 not restarted (the same main process), and it comes up
+  loading        restarted by hand as the role reads its unit, loading for 15-30 s, within its
+                 health timeout (20-60 s more): not restarted (the same main process as the
+                 hand restart started), and it comes up
   paused         serving; its main process SIGSTOPped for 4-9 s (shorter than the probe window
                  of 3 x 5 s) from 0-2 s after the role starts its survey of the GPUs (the task
                  before its probes), then SIGCONTed: not restarted. The trial records the probe
@@ -102,14 +103,17 @@ def slot_gpus(seed):
     return slots, order[at]
 
 
-def shape(seed, trial):
+def shape(seed, trial, dealt=False):
     """Trial `trial` of seed `seed`: its slot (trial mod the slots), its shape and the shape's
-    numbers. Pure and deterministic."""
+    numbers. Pure and deterministic. dealt: the shapes in turn from a seeded start (every
+    len(SHAPES) trials hold each shape once: a small run covers them all); else drawn."""
     rng = random.Random("%d-%d" % (seed, trial))
-    spec = {"trial": trial, "seed": seed, "slot": trial % len(SLOT_TP), "shape": rng.choice(SHAPES),
+    drawn = rng.choice(SHAPES)
+    spec = {"trial": trial, "seed": seed, "slot": trial % len(SLOT_TP),
+            "shape": SHAPES[(seed + trial) % len(SHAPES)] if dealt else drawn,
             "health_timeout": 60, "generate_timeout": 5}
     if spec["shape"] == "loading":
-        spec["load_s"] = round(rng.uniform(20, 35), 1)
+        spec["load_s"] = round(rng.uniform(15, 30), 1)
         spec["health_timeout"] = int(spec["load_s"] + rng.uniform(20, 60))
     elif spec["shape"] == "stalled":
         spec["fault"] = rng.choice(["hang-after-load", "hang-loading"])
@@ -188,16 +192,19 @@ class Soak:
                     inference_service_health_timeout=spec["health_timeout"] if spec else 60,
                     inference_service_generate_timeout=spec["generate_timeout"] if spec else 5)
 
+    def lab_vars(self):
+        with open(lab("inventory").strip()) as f:
+            text = f.read()
+        return text.split("[gpu_nodes:vars]", 1)[1].split("\n[", 1)[0].strip() + "\n"
+
     def write_inventory(self, specs=None):
         inv = os.path.join(self.tmp, "inventory.ini")
         with open(inv, "w") as f:
             f.write("[soak_servers]\n")
             for slot in range(len(SLOT_TP)):
                 f.write("%s ansible_host=%s\n" % (self.unit(slot), self.host))
-            f.write("\n[soak_servers:vars]\nansible_user=root\nansible_ssh_private_key_file=%s\n"
-                    "ansible_python_interpreter=/usr/bin/python3\n"
-                    "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'\n"
-                    % os.path.join(os.environ.get("LAB_STATE", "/var/lib/gpuops-lab"), "ssh", "id_ed25519"))
+            # How to reach the node: the lab's own inventory's group vars (user, key, python).
+            f.write("\n[soak_servers:vars]\n" + self.lab_vars())
         os.makedirs(os.path.join(self.tmp, "host_vars"), exist_ok=True)
         for slot in range(len(SLOT_TP)):
             spec = (specs or {}).get(slot)
@@ -322,20 +329,31 @@ class Soak:
                       "slot %d's rank dead" % slot, 60)
         for slot in by["generate_hang"] + by["paused"]:
             self.wait(self.healthy_cmd(slot), "slot %d serving" % slot, 60)
-        # The loading servers last, right before the play, and the stalled ones at their age.
-        ready_at = max([started[s] + specs[s]["age_s"] for s in by["stalled"]] + [time.monotonic()])
-        loading_lead = 3.0 if by["loading"] else 0.0
-        time.sleep(max(0.0, ready_at - loading_lead - time.monotonic()))
         for slot in by["loading"]:
-            self.fault_restart(slot, "slow-load %s" % specs[slot]["load_s"])
+            # Restarted by hand once the play has begun (pauser): serving until then.
+            if subprocess.run([LAB, "exec", self.node, self.healthy_cmd(slot)], capture_output=True,
+                              timeout=60).returncode != 0:
+                self.fault_restart(slot, "none")
+                self.wait(self.healthy_cmd(slot), "slot %d serving" % slot, 60)
+        # The stalled ones at their age.
+        ready_at = max([started[s] + specs[s]["age_s"] for s in by["stalled"]] + [time.monotonic()])
         time.sleep(max(0.0, ready_at - time.monotonic()))
         return {s: round(time.monotonic() - started[s], 1) for s in by["stalled"]}
 
     def pauser(self, specs):
-        """on_line for the play: at the probe window's start, SIGSTOP each paused slot's main
-        process (after its pause_after_s), SIGCONT it pause_s later."""
+        """on_line for the play: as the role reads the unit, restart each loading slot by hand
+        (a reboot's or an operator's restart while the timer's run begins: the run meets it
+        loading however slow the controller is); at the GPU survey before the probe window,
+        SIGSTOP each paused slot's main process (after its pause_after_s), SIGCONT it pause_s
+        later."""
         paused = [s for s, spec in specs.items() if spec["shape"] == "paused"]
-        state = {"fired": False, "threads": [], "done": []}
+        loading = [s for s, spec in specs.items() if spec["shape"] == "loading"]
+        state = {"fired": False, "threads": [], "done": [], "loading_fired": False, "main": {}}
+
+        def restart(slot):
+            self.fault_restart(slot, "slow-load %s" % specs[slot]["load_s"])
+            state["main"][slot] = self.facts()["slots"][slot]
+            state["done"].append(slot)
 
         def pause(slot, pid):
             spec = specs[slot]
@@ -349,6 +367,12 @@ class Soak:
             state["done"].append(slot)
 
         def on_line(line):
+            if not state["loading_fired"] and "inference_service : Read the unit's state" in line:
+                state["loading_fired"] = True
+                for slot in loading:
+                    thread = threading.Thread(target=restart, args=(slot,), daemon=True)
+                    thread.start()
+                    state["threads"].append(thread)
             # The task before the probe window: the pause begins before the probe (the lab test
             # of issue 30 item 2 stops the server one task earlier still) and lasts into it.
             if not state["fired"] and "Survey who holds the server's GPUs" in line:
@@ -372,11 +396,13 @@ class Soak:
         for thread in state["threads"]:
             thread.join(60)
         after = self.facts()
+        for slot, main in state["main"].items():
+            before["slots"][slot] = main    # a loading slot's server is the one restarted by hand
         trials = []
         for slot, spec in sorted(specs.items()):
             failures = judge(spec, self.gpus[slot], records.get(slot), before["slots"][slot], after["slots"][slot])
-            if spec["shape"] == "paused" and slot not in state["done"]:
-                failures.append(("infra", "the pause did not run (the probe task's line was not seen)"))
+            if spec["shape"] in ("paused", "loading") and slot not in state["done"]:
+                failures.append(("infra", "the %s did not run (the play's line was not seen)" % spec["shape"]))
             record = records.get(slot) or {}
             trials.append({"spec": spec, "failures": failures, "gpus": self.gpus[slot],
                            "age_at_play_s": ages.get(slot), "play_s": seconds,
@@ -396,9 +422,10 @@ def shlex_quote(text):
     return shlex.quote(text)
 
 
-def soak(node, seed, n, budget, log=bl.log):
+def soak(node, seed, n, budget, log=bl.log, dealt=False):
     """Install the servers on `node` (up), run trials 0..n-1 of `seed` in batches of one trial per
-    slot; return (trials, bystander wrong kills [(batch, names)], stopped_by_budget)."""
+    slot (shapes dealt in turn or drawn: shape()); return (trials, bystander wrong kills
+    [(batch, names)], stopped_by_budget)."""
     deadline = time.time() + budget
     runner = Soak(node, seed, log)
     trials, kills = [], []
@@ -409,7 +436,7 @@ def soak(node, seed, n, budget, log=bl.log):
                 break
             specs = {}
             for trial in range(first, min(n, first + len(SLOT_TP))):
-                spec = shape(seed, trial)
+                spec = shape(seed, trial, dealt)
                 specs[spec["slot"]] = spec
             done, dead = runner.batch(specs)
             if dead:
@@ -445,6 +472,7 @@ def main():
     parser.add_argument("--seed", type=int, help="seed (default: from the clock, printed)")
     parser.add_argument("--budget", type=float, default=3600, help="seconds for the whole run (default 3600)")
     parser.add_argument("--keep", action="store_true", help="leave the lab node up afterwards")
+    parser.add_argument("--dealt", action="store_true", help="deal the shapes in turn instead of drawing them")
     args = parser.parse_args()
     if args.n < 1 or args.budget <= 0:
         parser.error("--n %r and --budget %r must be positive" % (args.n, args.budget))
@@ -457,7 +485,7 @@ def main():
     started = time.time()
     bl.log("server soak: seed %d, %d trials, %d slots a batch, at %s" % (seed, args.n, len(SLOT_TP), commit))
     try:
-        trials, kills, stopped = soak("node1", seed, args.n, args.budget)
+        trials, kills, stopped = soak("node1", seed, args.n, args.budget, dealt=args.dealt)
     finally:
         if not args.keep:
             lab("down")
