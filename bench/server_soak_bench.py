@@ -286,7 +286,7 @@ class Soak:
     def wait(self, cmd, what, timeout):
         deadline = time.monotonic() + timeout
         while True:
-            if subprocess.run([LAB, "exec", self.node, cmd], capture_output=True, timeout=60).returncode == 0:
+            if subprocess.run([LAB, "exec", self.node, cmd], capture_output=True, timeout=60, check=False).returncode == 0:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError("%s: not within %d s (%s)" % (what, timeout, cmd))
@@ -319,7 +319,7 @@ class Soak:
             self.fault_restart(slot, "generate-hang")
         for slot in by["paused"]:
             if subprocess.run([LAB, "exec", self.node, self.healthy_cmd(slot)], capture_output=True,
-                              timeout=60).returncode != 0:
+                              timeout=60, check=False).returncode != 0:
                 self.fault_restart(slot, "none")
         for slot in by["stalled"]:
             line = "Capture cuda graph begin" if specs[slot]["fault"] == "hang-after-load" else "Loading safetensors checkpoint shards"
@@ -332,7 +332,7 @@ class Soak:
         for slot in by["loading"]:
             # Restarted by hand once the play has begun (pauser): serving until then.
             if subprocess.run([LAB, "exec", self.node, self.healthy_cmd(slot)], capture_output=True,
-                              timeout=60).returncode != 0:
+                              timeout=60, check=False).returncode != 0:
                 self.fault_restart(slot, "none")
                 self.wait(self.healthy_cmd(slot), "slot %d serving" % slot, 60)
         # The stalled ones at their age.
