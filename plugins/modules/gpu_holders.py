@@ -453,6 +453,9 @@ scan:
 
 from ansible.module_utils.basic import AnsibleModule
 
+# Before the other module_utils: on a managed host they then load as compiled by an earlier run
+# (gpu_bytecode; compiling them was most of what this module paid over a ping, issue 31 item 5).
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_bytecode  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_health as health
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say

@@ -201,6 +201,40 @@ options:
         script holds around a whole playbook run; a run under that lock still takes this one.
     type: float
     default: 300.0
+  metrics:
+    description:
+      - Also write the run's metrics file for node_exporter, as M(gpuops.reclaim.run_metrics) writes it
+        with this run's result as its only O(gpuops.reclaim.run_metrics#module:reclaims) and this module's
+        O(free_threshold_mib), after the reclaim (on failure too, as C(reclaim_failed)). In check mode it
+        is rendered and nothing is written.
+      - C(playbooks/reclaim.yml) passes it for a host whose run ends with its stray reclaim (no
+        inference server), so that host needs one module call instead of two (issue 31 item 5).
+      - A file that cannot be read or written, or a bad value here, never fails the reclaim; RV(metrics)
+        is then left out, and the playbook's M(gpuops.reclaim.run_metrics) task writes the file (or fails
+        saying why) as for any other host.
+    type: dict
+    suboptions:
+      dir:
+        description: The textfile collector's directory; an empty string writes nothing.
+        type: str
+        default: /var/lib/prometheus/node-exporter
+      name:
+        description: The file's name in O(metrics.dir), ending in C(.prom).
+        type: str
+        default: gpuops_reclaim.prom
+      started:
+        description: When the run started, in seconds since the Unix epoch (the controller's clock).
+        type: float
+        required: true
+      duration_s:
+        description:
+          - How long the run took before this task, in seconds; the module adds its own time until
+            it writes the file.
+        type: float
+        required: true
+      interval:
+        description: As M(gpuops.reclaim.run_metrics)'s O(gpuops.reclaim.run_metrics#module:interval).
+        type: str
 extends_documentation_fragment:
   - gpuops.reclaim.gpu_survey
 seealso:
@@ -461,6 +495,14 @@ host_lock:
       type: str
       returned: always
   sample: {path: /run/gpuops/gpu-reclaim.lock, waited_s: 4.21, waited_for: "PID 20817 since 2026-11-30T22:41:07+0000"}
+metrics:
+  description:
+    - What O(metrics) wrote, as M(gpuops.reclaim.run_metrics) returns it (C(file), C(written), C(previous),
+      and C(metrics), the file's text, except beside a file that module did not write).
+  returned: when O(metrics) is set and the file could be read (and, not in check mode, written)
+  type: dict
+  sample: {file: /var/lib/prometheus/node-exporter/gpuops_reclaim.prom, written: true, previous: carried,
+           metrics: "# gpuops.reclaim run metrics ..."}
 msg:
   description: When not free, what is left and the next lever.
   returned: failure
@@ -473,25 +515,37 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+# Before the other module_utils: on a managed host they then load as compiled by an earlier run
+# (gpu_bytecode; compiling them was most of what this module paid over a ping, issue 31 item 5).
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_bytecode  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import (
     RECLAIM_ARGUMENT_SPEC, SURVEY_ARGUMENT_SPEC, ladder_from_params, pattern_error, reclaim_param_error)
 
 
+METRICS_SPEC = dict(type='dict', options=dict(
+    dir=dict(type='str', default='/var/lib/prometheus/node-exporter'),
+    name=dict(type='str', default='gpuops_reclaim.prom'),
+    started=dict(type='float', required=True),
+    duration_s=dict(type='float', required=True),
+    interval=dict(type='str'),
+))
+
+
 def main():
     started = time.monotonic()
-    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC, **RECLAIM_ARGUMENT_SPEC),
+    module = AnsibleModule(argument_spec=dict(SURVEY_ARGUMENT_SPEC, metrics=METRICS_SPEC, **RECLAIM_ARGUMENT_SPEC),
                            supports_check_mode=True)
     params = module.params
     error = reclaim_param_error(params)
     if error:
-        module.fail_json(msg=error)
+        fail(module, started, msg=error)
     try:
         ladder = ladder_from_params(params, module.check_mode)
         blind = say.blind(ladder.surveyor.access)
         if blind and params['allow_reset']:
-            module.fail_json(msg=say.reset_refused_blind(blind))
+            fail(module, started, msg=say.reset_refused_blind(blind))
         if module.check_mode:
             result = ladder.run()
         else:
@@ -503,18 +557,53 @@ def main():
                 with host_lock(params['lock_timeout']) as lock:
                     result = ladder.run()
             except (LockTimeout, LockUnsafe) as exc:
-                module.fail_json(msg=str(exc), actions=[], elapsed_s=round(time.monotonic() - started, 3))
+                fail(module, started, msg=str(exc), actions=[], elapsed_s=round(time.monotonic() - started, 3))
             result['host_lock'] = lock.report()
     except pattern_error() as exc:
-        module.fail_json(msg='%s. Nothing was signalled.' % exc, actions=[],
-                         elapsed_s=round(time.monotonic() - started, 3))
+        fail(module, started, msg='%s. Nothing was signalled.' % exc, actions=[],
+             elapsed_s=round(time.monotonic() - started, 3))
     except (ValueError, observe.ObserveError) as exc:
-        module.fail_json(msg=str(exc))
+        fail(module, started, msg=str(exc))
     if ladder.surveyor.backend.warning:
         module.warn(ladder.surveyor.backend.warning)
     if 'msg' in result:
-        module.fail_json(**result)
+        fail(module, started, **result)
+    add_metrics(module, started, result)
     module.exit_json(**result)
+
+
+def fail(module, started, **result):
+    """fail_json, after the run's metrics (as reclaim_failed) when they were asked for."""
+    add_metrics(module, started, result, failed=True)
+    module.fail_json(**result)
+
+
+def add_metrics(module, started, result, failed=False):
+    """Write the run's metrics file (O(metrics)) with this result, and put what was written in
+    result['metrics']. Any trouble is left to the playbook's run_metrics task: nothing is added."""
+    asked = module.params['metrics']
+    if asked is None:
+        return
+    # Imported here: only the playbook's hosts without a server ask for it, and the module's
+    # files are compiled at every run.
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_metrics_file as metrics_file
+    params = dict(asked, duration_s=asked['duration_s'] + (time.monotonic() - started),
+                  failure={'stage': 'reclaim', 'msg': result.get('msg')} if failed else None,
+                  reclaims=[result], surveys=[], server=None, free_threshold_mib=module.params['free_threshold_mib'])
+    if metrics_file.param_error(params):
+        return
+    if not params['dir']:
+        result['metrics'] = dict(file=None, written=False, previous=None)
+        return
+    try:
+        written, warnings = metrics_file.write_run(params, module.check_mode)
+    except Exception:  # pylint: disable=broad-except
+        # The reclaim's result stands whatever the metrics file does; run_metrics, which the
+        # playbook then runs, says what went wrong.
+        return
+    for warning in warnings:
+        module.warn(warning)
+    result['metrics'] = written
 
 
 if __name__ == '__main__':

@@ -5,7 +5,9 @@
 - a server restarted by hand and still loading is left alone and comes up;
 - one hung after loading past its health timeout is restarted, the reason naming its age and its
   last line in the container's log (podman logs), and comes up;
-- one whose rank on GPU 1 died while its front end answers /health 200 is restarted, naming GPU 1.
+- one whose rank on GPU 1 died while its front end answers /health 200 is restarted, naming GPU 1;
+- one restarted for a flag change finishes its request in flight first (issue 30 item 7): the unit's
+  `podman stop --time` covers the drain, and the summary names the request and the drain's time.
 
 The one-shot fault file (tests/fakeserve, FAKESERVE_FAULT_FILE) sits in a directory bind-mounted
 into the container, so the unit never changes.
@@ -16,7 +18,8 @@ import time
 import pytest
 
 from . import scenarios as sc
-from .test_reclaim_playbook import GOOD_SERVER, playbook_dir, run_playbook
+from .test_reclaim_playbook import GOOD_SERVER, playbook_dir, run_playbook, write_host_vars
+from .test_server_drain import Client, play_sending_requests_at_restart
 from .test_server_state import healthy
 
 FAULT_DIR = "/run/fakeserve-fault"
@@ -29,9 +32,10 @@ RESET = ("systemctl stop sglang 2>/dev/null; rm -f /etc/systemd/system/sglang.se
 def server_vars(**over):
     env = {"FAKESERVE_LOAD_SECONDS": "1", "FAKESERVE_FAULT_FILE": FAULT}
     env.update(over.pop("env", {}))
+    flags = over.pop("inference_service_flags", dict(GOOD_SERVER["inference_service_flags"], tp_size=2))
     return dict(GOOD_SERVER, inference_service_runtime="podman", inference_service_image=IMAGE,
                 inference_service_command=[], inference_service_gpus=["0", "1"],
-                inference_service_flags=dict(GOOD_SERVER["inference_service_flags"], tp_size=2),
+                inference_service_flags=flags,
                 inference_service_container_mounts=["%s:%s" % (FAULT_DIR, FAULT_DIR)],
                 inference_service_env=env, **over)
 
@@ -117,4 +121,26 @@ def test_a_podman_server_with_a_dead_rank_is_restarted_naming_the_gpu(lab, pnode
     server = summary["hosts"][pnode]["server"]
     assert server["restart_reasons"] == [
         "/health answers 200 but no process of the unit holds GPU 1: a rank died"], server
+    assert container_id(lab, pnode) != cid and healthy(lab, pnode)
+
+
+def test_a_podman_server_restarted_for_new_flags_drains_its_request_in_flight_first(lab, pnode):
+    flags = dict(GOOD_SERVER["inference_service_flags"], tp_size=2, enable_metrics=True)
+    drain_vars = dict(inference_service_stop_timeout=40, inference_service_drain_timeout=30,
+                      env={"FAKESERVE_TOKEN_SECONDS": "0.1"})
+    tmp = converge(lab, pnode, server_vars(inference_service_flags=flags, **dict(drain_vars)))
+    cid = container_id(lab, pnode)
+    write_host_vars(tmp, pnode, server_vars(inference_service_flags=dict(flags, mem_fraction_static=0.7),
+                                            **dict(drain_vars)))
+    url = "http://%s:%d/generate" % (lab.status()[pnode]["ip"], GOOD_SERVER["inference_service_port"])
+
+    def clients():
+        return [Client(url, {"text": "hello", "sampling_params": {"max_new_tokens": 150}})]
+
+    rc, out, server, [client] = play_sending_requests_at_restart(lab, pnode, tmp, clients)
+    assert rc == 0, out
+    status, answer, _took = client.result
+    assert status == 200 and answer["meta_info"]["completion_tokens"] == 150, (client.result, out)
+    drain = server["state"]["drain"]
+    assert drain["in_flight"] == 1 and 1.0 < drain["seconds"] < 30 and drain["killed"] is False, drain
     assert container_id(lab, pnode) != cid and healthy(lab, pnode)

@@ -170,3 +170,87 @@ def test_too_many_ranks_for_visible_gpus(server):
     p = server("--tp-size", "4")[0]
     out = p.communicate(timeout=15)[0]
     assert p.returncode == 1 and "tp_size=4 but only 2 GPU(s) visible" in out
+
+
+class _Completion:
+    """A slow completion in a thread: (status, body, seconds) once answered, ("error", ...) on a reset."""
+
+    def __init__(self, url, body):
+        import threading
+        self.result = None
+        self.thread = threading.Thread(target=self._run, args=(url, body), daemon=True)
+        self.thread.start()
+
+    def _run(self, url, body):
+        start = time.monotonic()
+        try:
+            req = urllib.request.Request(url, data=json.dumps(body).encode())
+            with urllib.request.urlopen(req, timeout=30) as r:
+                self.result = (r.status, json.loads(r.read()), time.monotonic() - start)
+        except (OSError, ValueError) as exc:
+            self.result = ("error", repr(exc), time.monotonic() - start)
+
+
+def _in_flight(url, name):
+    code, body = _get(url + "/metrics")
+    if code != 200:
+        return code
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines() if line.startswith(name + "{"))
+
+
+def test_sglang_drains_its_requests_in_flight_on_sigterm_and_refuses_new_ones(server):
+    p, base = server("--enable-metrics", env={"FAKESERVE_TOKEN_SECONDS": "0.1"})
+    assert _wait_status(base + "/health", 200)
+    slow = _Completion(base + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 30}})
+    end = time.monotonic() + 5
+    while _in_flight(base, "sglang:num_running_reqs") != 1 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert _in_flight(base, "sglang:num_running_reqs") == 1
+    kids = _children(p.pid)
+    p.send_signal(signal.SIGTERM)
+    assert _wait_status(base + "/health", 503, timeout=5)        # draining: no longer ready
+    req = urllib.request.Request(base + "/generate", data=b'{"text": "y"}')
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=5)
+    assert refused.value.code == 503
+    out = p.communicate(timeout=20)[0]
+    slow.thread.join(10)
+    status, answer, took = slow.result
+    assert status == 200 and answer["meta_info"]["completion_tokens"] == 30 and took >= 3.0, slow.result
+    assert "draining 1 request(s) in flight" in out and "All requests drained" in out, out
+    for k in kids:
+        assert not pathlib.Path("/proc/%d" % k).exists() or "Z" in pathlib.Path("/proc/%d/stat" % k).read_text().split()[2]
+
+
+def test_sglang_exports_metrics_only_when_enabled(server):
+    _p, base = server()
+    assert _wait_status(base + "/health", 200)
+    assert _in_flight(base, "sglang:num_running_reqs") == 404
+
+
+def test_vllm_aborts_what_outlives_its_shutdown_timeout(tmp_path):
+    vllm = tmp_path / "vllm"
+    vllm.symlink_to(FAKESERVE)
+    port = _free_port()
+    p = subprocess.Popen([sys.executable, str(vllm), "serve", "m", "--port", str(port), "--shutdown-timeout", "1",
+                          "--fake-backend", "none", "--fake-gpu-total-mib", "81920", "--fake-load-seconds", "0.2"],
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", FAKESERVE_TOKEN_SECONDS="0.1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = "http://127.0.0.1:%d" % port
+    try:
+        assert _wait_status(base + "/health", 200)
+        slow = _Completion(base + "/v1/completions", {"prompt": "x", "max_tokens": 100})
+        end = time.monotonic() + 5
+        while _in_flight(base, "vllm:num_requests_running") != 1 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _in_flight(base, "vllm:num_requests_running") == 1
+        start = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out = p.communicate(timeout=20)[0]
+        assert 1.0 <= time.monotonic() - start < 8
+        slow.thread.join(10)
+        assert slow.result[0] == "error" and slow.result[2] < 9, slow.result
+        assert "Shutdown timeout reached; aborting 1 request(s)" in out, out
+    finally:
+        p.kill()
+        p.wait()

@@ -57,18 +57,19 @@ def payload_module_utils(module):
 
 
 ROLE_MODULE_UTILS = {'gpu_adopt.py', 'gpu_listen.py'}
-# run_metrics' own (issue 33): the metrics file, nothing of the survey.
-METRICS_MODULE_UTILS = {'gpu_metrics.py', 'prom_text.py'}
+# run_metrics' own (issue 33): the metrics file, nothing of the survey. gpu_reclaim carries them too
+# (its `metrics` option, imported only when asked: issue 31 item 5).
+METRICS_MODULE_UTILS = {'gpu_metrics.py', 'prom_text.py', 'gpu_metrics_file.py'}
 
 
 def test_gpu_reclaim_payload_has_every_module_util():
-    # gpu_reclaim reaches all of them; gpu_patterns, gpu_lock and gpu_nvidia only from inside functions.
-    # (all but those of the inference_service role's modules, gpu_adopt and gpu_listen, and run_metrics')
+    # gpu_reclaim reaches all of them; gpu_patterns, gpu_lock, gpu_nvidia and the metrics file only from
+    # inside functions. (all but those of the inference_service role's modules, gpu_adopt and gpu_listen)
     every = set(f for f in os.listdir(os.path.join(REPO, 'plugins', 'module_utils')) if f.endswith('.py'))
-    assert {'gpu_patterns.py', 'gpu_lock.py', 'gpu_nvidia.py'} <= every
+    assert {'gpu_patterns.py', 'gpu_lock.py', 'gpu_nvidia.py', 'gpu_metrics_file.py'} <= every
     # gpu_health's verdict is gpu_holders' alone: gpu_reclaim carries its codes (gpu_health_codes,
     # for gpu_say) since gpu_say no longer imports gpu_health (issue 32 item 5: no import cycle).
-    assert payload_module_utils('gpu_reclaim') == every - ROLE_MODULE_UTILS - METRICS_MODULE_UTILS - {'gpu_health.py'}
+    assert payload_module_utils('gpu_reclaim') == every - ROLE_MODULE_UTILS - {'gpu_health.py'}
 
 
 def test_run_metrics_payload_has_only_the_metrics_files():

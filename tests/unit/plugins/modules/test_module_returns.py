@@ -4,6 +4,7 @@ returned by some path (success, failure, check mode, an interrupted ladder)."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import os
 import types
 
 import yaml
@@ -83,6 +84,15 @@ def reclaim_results(lock_path):
         host = Host(actor, held_under(50), free(), table=loop_table(proc(12, ppid=50)),
                     programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after=starts or {12: 50})
         results.append(Ladder(host, actor=actor, clock=actor.clock).run())
+    # the run's metrics written beside the result (the `metrics` option, as main() adds it)
+    with_metrics = Ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor=ScriptedActor()).run()
+    module = types.SimpleNamespace(params={'metrics': {'dir': os.path.dirname(lock_path), 'name': 'gpuops_reclaim.prom',
+                                                       'started': 1765000000.0, 'duration_s': 1.0, 'interval': None},
+                                           'free_threshold_mib': 128},
+                                   check_mode=False, warn=lambda msg: None)
+    gpu_reclaim.add_metrics(module, 0.0, with_metrics)
+    assert with_metrics['metrics']['written'] is True
+    results.append(with_metrics)
     return results
 
 

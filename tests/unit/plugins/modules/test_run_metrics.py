@@ -78,7 +78,7 @@ def test_a_write_that_fails_leaves_the_last_file_whole_and_no_temporary_file(cap
 
     def no_space(fd):
         raise OSError(28, 'No space left on device')
-    monkeypatch.setattr(run_metrics.os, 'fsync', no_space)
+    monkeypatch.setattr(os, 'fsync', no_space)   # gpu_metrics_file's write, for every module that writes the file
     out = run(capsys, dir=str(tmp_path), reclaims=[QUIET])
     assert out['failed'] is True and 'No space left on device' in out['msg'] and out['written'] is False
     assert (tmp_path / 'gpuops_reclaim.prom').read_text() == before
