@@ -52,6 +52,12 @@ options:
     description: The ID of the unit's own docker container, whose GPU holders are the server's.
     type: str
     default: ""
+  memory:
+    description:
+      - "The C(fact) of M(gpuops.reclaim.server_progress): its ranks' GPU memory and how long ago it last grew. Memory
+        that grew more recently than the last log line is the server's last progress."
+    type: dict
+    default: null
 """
 
 EXAMPLES = r"""

@@ -73,13 +73,14 @@ def missing_ranks(holders, gpus, unit, own=''):
     return [gpu for gpu in gpus if gpu not in held]
 
 
-def server_state(observed, holders, unit, gpus, health_timeout, unit_changed=False, own=''):
+def server_state(observed, holders, unit, gpus, health_timeout, unit_changed=False, own='', memory=None):
     """The server's state from what the node showed.
 
     observed: wait_healthy.py's observation: {unit: {ActiveState, SubState, MainPID, age_s, LoadState},
         probe: {healthy, statuses, seconds}, generate: {ok, hung, status, ttft_s, error} or null,
         last_line: {line, age_s} or null}. holders: gpu_holders' holders. gpus: the GPUs its ranks
         run on (the first tp x dp of inference_service_gpus). health_timeout: inference_service_health_timeout, the budget of a load.
+        memory: server_progress's fact of its ranks' GPU memory ({mib, grew_age_s, ...}) or None.
     Returns {state, code, age_s, last_progress, ttft_s, restart (bool), wait_s (how long a loading
     server may still load), missing_gpus, reasons (codes: why a restart)}.
     """
@@ -119,15 +120,28 @@ def server_state(observed, holders, unit, gpus, health_timeout, unit_changed=Fal
         code = STALLED
     reasons = ([UNIT_CHANGED] if unit_changed else []) + ([code] if code not in (HEALTHY, LOADING) else [])
     return {'state': _STATE_OF[code], 'code': code, 'age_s': None if age is None else round(age, 1),
-            'last_progress': _progress(observed.get('last_line')), 'ttft_s': ttft,
+            'last_progress': _progress(observed.get('last_line'), memory), 'ttft_s': ttft,
             'restart': bool(reasons), 'wait_s': wait_s, 'missing_gpus': missing, 'reasons': reasons}
 
 
-def _progress(last):
-    if not isinstance(last, dict) or not last.get('line'):
-        return None
-    return {'line': str(last['line'])[:300], 'age_s': None if _num(last.get('age_s')) is None
-            else round(_num(last['age_s']), 1)}
+def _progress(last, memory=None):
+    """The server's latest progress: its last log line, or its ranks' GPU memory seen growing
+    (issue 30 item 1), whichever is more recent: {kind: 'log' | 'gpu_memory', age_s (of that
+    progress), line (the last log line, or null), line_age_s, gpu_memory_mib (the ranks' MiB, when
+    read)}, or None."""
+    log = None
+    if isinstance(last, dict) and last.get('line'):
+        log = {'kind': 'log', 'line': str(last['line'])[:300],
+               'age_s': None if _num(last.get('age_s')) is None else round(_num(last['age_s']), 1)}
+        log['line_age_s'] = log['age_s']
+    mib = _num((memory or {}).get('mib')) if isinstance(memory, dict) else None
+    grew = _num(memory.get('grew_age_s')) if mib is not None else None
+    if grew is not None and (log is None or log['age_s'] is None or grew < log['age_s']):
+        return {'kind': 'gpu_memory', 'age_s': round(grew, 1), 'gpu_memory_mib': int(mib),
+                'line': log['line'] if log else None, 'line_age_s': log['age_s'] if log else None}
+    if log is not None and mib is not None:
+        log['gpu_memory_mib'] = int(mib)
+    return log
 
 
 def server_after(before, waited=None, restarted=False, unit_age_s=None, rolled_back=None):
@@ -175,6 +189,11 @@ def _duration(seconds):
 def _last(progress):
     if not progress:
         return 'no log line since its start'
+    if progress.get('kind') == 'gpu_memory':
+        return 'its ranks\' GPU memory last grew %s ago, to %s MiB; %s' % (
+            _duration(progress.get('age_s')), progress.get('gpu_memory_mib'),
+            _last({'line': progress['line'], 'age_s': progress.get('line_age_s')}) if progress.get('line')
+            else 'no log line since its start')
     return 'last log line %s ago: %s' % (_duration(progress.get('age_s')), progress.get('line'))
 
 

@@ -164,3 +164,22 @@ def test_a_lost_gpu_refuses_the_first_start_and_nothing_is_installed(lab, node, 
     assert 'GPU 0 is unhealthy: NVML answers "GPU is lost" (it fell off the bus). NVIDIA prescribes: reboot the node.' in out
     assert lab.exec(node, "test -e /etc/systemd/system/sglang.service", check=False).returncode != 0
     assert "ActiveState=inactive" in server_state(lab, node)
+
+
+def test_a_rollback_reads_the_gpus_health_first_and_refuses_on_a_gpu_the_failed_start_left_unhealthy(lab, node, play):
+    first = play()
+    assert first.returncode == 0, first.stdout + first.stderr
+    # The new flags' start dies of a fatal GPU error: the driver logs a critical Xid 48 for GPU 0
+    # (the stand-in's crash-xid fault) after preflight read every GPU healthy.
+    changed = dict(SERVER["inference_service_flags"], mem_fraction_static=0.7)
+    env = dict(SERVER["inference_service_env"], FAKESERVE_FAULT="crash-xid")
+    refused = play(inference_service_flags=changed, inference_service_env=env)
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0, out
+    assert "sglang is not rolled back on %s: GPU 0 is unhealthy: critical Xid 48" % node in out, out
+    assert "the last good unit was not started: nothing runs on them" in out, out
+    assert "GPU 1 is unhealthy" not in out
+    # Nothing was started on the GPUs: the unit is down and neither GPU is held.
+    assert "ActiveState=active" not in server_state(lab, node)
+    held = lab.module(node, FQCN, {"gpus": ["0", "1"]})
+    assert held["holders"] == [], held["holders"]

@@ -7,6 +7,8 @@ with the real systemd unit and the stand-in server (tests/fakeserve), through pl
 - a server whose HTTP process is stopped for 8 s (SIGSTOP, then SIGCONT) while the play probes it
   is not restarted (a probe window, not one probe);
 - a server with a dead rank is restarted although /health answers 200, the reason naming the GPU;
+- a server whose ranks mapped their memory while its log stayed quiet, then hung, is stalled, the
+  reason naming the memory's growth as its last progress (the kept reading of the ranks' memory);
 - a start whose /health answers 200 while generation hangs is a failed start: rolled back.
 
 A one-shot fault (FAKESERVE_FAULT_FILE, read and removed by the stand-in at its start) makes one
@@ -208,3 +210,30 @@ def test_inputs_that_cannot_work_together_are_refused_naming_the_variable_and_th
     msg = summary["hosts"][node]["failure"]["msg"]
     assert run.returncode == 2 and "inference_service__engines.sglang.generate_path is not set" in msg, msg
     assert main_pid(lab, node) == pid
+
+
+def test_a_quiet_server_whose_ranks_memory_grew_is_stalled_naming_the_growth_as_its_last_progress(lab, node):
+    # The run meets the server loading (restarted by hand as the play reads its unit: no context
+    # yet, 0 MiB kept), waits out its 35 s budget, and observes it again: its ranks mapped their
+    # memory 12 s after the start while its log said nothing after "Load weight begin", then it hung.
+    tmp = converge(lab, node, server_vars(inference_service_health_timeout=35))
+    summary_path = os.path.join(tmp, "summary.json")
+    play = subprocess.Popen(
+        [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
+         "-l", node, "-e", "reclaim_summary_file=" + summary_path],
+        env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, pid = [], None
+    for line in play.stdout:
+        lines.append(line)
+        if pid is None and "inference_service : Read the installed unit" in line:
+            pid, _started = restart_by_hand(lab, node, "hang-quiet 12")
+    out = "".join(lines) + play.communicate(timeout=600)[0]
+    assert pid is not None and play.returncode == 0, out
+    with open(summary_path) as f:
+        server = json.load(f)["hosts"][node]["server"]
+    [reason] = server["restart_reasons"]
+    assert reason.startswith("no /health 200 in ") and "; its ranks' GPU memory last grew " in reason, reason
+    assert "; last log line " in reason and "Load weight begin" in reason, reason
+    assert "is loading: loading for" in out, out
+    assert main_pid(lab, node) != pid and healthy(lab, node)
+    assert server["state"]["code"] == "restarted", server

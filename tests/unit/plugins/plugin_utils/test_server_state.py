@@ -116,7 +116,7 @@ def test_the_fact_after_a_restart_carries_the_time_to_serve_and_the_ttft():
     waited = {"healthy": True, "ttft_s": 0.031, "time_to_serve_s": 12.5, "last_line": {"line": "ready", "age_s": 0.2}}
     fact = ss.server_after(before, waited, restarted=True, unit_age_s=12.6)
     assert fact == {"state": "serving", "code": "restarted", "age_s": 12.6, "ttft_s": 0.03, "time_to_serve_s": 12.5,
-                    "last_progress": {"line": "ready", "age_s": 0.2}}
+                    "last_progress": {"kind": "log", "line": "ready", "age_s": 0.2, "line_age_s": 0.2}}
     assert set(fact["state"] for fact in [fact]) <= set(ss.STATES)
 
 
