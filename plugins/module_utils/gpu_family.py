@@ -27,6 +27,7 @@ __metaclass__ = type
 import collections
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 
 # When the Ladder pulls a family's lever (Family.stage).
 OWNERS = 'owners'      # each pass, before the targets are planned; a new survey follows
@@ -103,3 +104,17 @@ class Family(object):
     def phrase(self, chosen):
         """(step, target, details) of the action that records the pull (gpu_act.Action)."""
         return chosen.kind, str(chosen.key), {}
+
+
+class RuntimeOwned(Family):
+    """A family whose owners a runtime knows by ID (a container, a guest, a pod): its facts are
+    the runtime's inspect (gpu_observe.runtime_details), asked once per owner and run."""
+
+    store = 'runtimes'
+
+    def facts_key(self, owner):
+        return (owner['runtime'], owner['id']) if self.owns(owner) and owner.get('id') else None
+
+    @staticmethod
+    def facts(owner, timeout):
+        return observe.runtime_details(owner, timeout)

@@ -20,7 +20,6 @@ __metaclass__ = type
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
@@ -29,7 +28,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as s
 STOP_SLACK_S = 30
 
 
-class ContainerRuntime(family.Family):
+class ContainerRuntime(family.RuntimeOwned):
     """A container of a runtime that stops it from here (a row of gpu_lever.RUNTIMES with a
     `stop`). A new runtime subclasses this with its own `runtimes` row and `recognise`."""
 
@@ -37,15 +36,6 @@ class ContainerRuntime(family.Family):
     kinds = (gpu_owner.CONTAINER,)
     stage = family.OWNERS
     option = 'stop_containers'
-    store = 'runtimes'
-
-    def facts_key(self, owner):
-        return (owner['runtime'], owner['id']) if self.owns(owner) and owner.get('id') else None
-
-    @staticmethod
-    def facts(owner, timeout):
-        return observe.runtime_details(owner, timeout)
-
     def lever(self, holder, context):
         return lever.container_lever(holder, context.match, context.protected_ids, grace=context.grace)
 

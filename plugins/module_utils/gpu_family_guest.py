@@ -20,7 +20,6 @@ __metaclass__ = type
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
@@ -29,19 +28,10 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as s
 GUEST_RESPAWN_WATCH_S = 5.0
 
 
-class Guest(family.Family):
+class Guest(family.RuntimeOwned):
 
     name = 'guest'
     kinds = (gpu_owner.GUEST,)
-    store = 'runtimes'
-
-    def facts_key(self, owner):
-        return (owner['runtime'], owner['id']) if self.owns(owner) and owner.get('id') else None
-
-    @staticmethod
-    def facts(owner, timeout):
-        return observe.runtime_details(owner, timeout)
-
     def lever(self, holder, context):
         return lever.by_hand(holder) or lever.lever(lever.STOP_BY_HAND, refusal=lever.NO_STOP)
 

@@ -16,23 +16,13 @@ __metaclass__ = type
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 
 
-class Pod(family.Family):
+class Pod(family.RuntimeOwned):
 
     name = 'pod'
     kinds = (gpu_owner.POD,)
-    store = 'runtimes'
-
-    def facts_key(self, owner):
-        return (owner['runtime'], owner['id']) if self.owns(owner) and owner.get('id') else None
-
-    @staticmethod
-    def facts(owner, timeout):
-        return observe.runtime_details(owner, timeout)
-
     def lever(self, holder, context):
         return lever.by_hand(holder)
 
