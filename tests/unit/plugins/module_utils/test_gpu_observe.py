@@ -125,6 +125,9 @@ def test_a_fork_without_exec_runs_its_parents_program_and_is_flagged_until_it_ex
         subshell = [pid for pid, parent in tree.items() if parent == shell.pid][0]
         sleeper = [pid for pid, parent in tree.items() if parent == subshell][0]
         assert list(tree) == [subshell, sleeper], 'parents come before their children'
+        # The second fork is seen before its exec under load (final CI at c16706d: comm 'bash',
+        # running, flag set): wait until it runs sleep.
+        assert _wait(lambda: observe.read_stat(sleeper).comm == 'sleep')
         assert observe.read_exe(subshell) == observe.read_exe(shell.pid)
         assert observe.read_stat(subshell).flags & observe.FORKNOEXEC_FLAG
         assert not observe.read_stat(sleeper).flags & observe.FORKNOEXEC_FLAG
