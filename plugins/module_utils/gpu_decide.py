@@ -149,20 +149,31 @@ def _holdings(proc, node_to_index, nvml_gpus):
     return evidence
 
 
+def touches_gpu(proc, gpu):
+    """Whether the process has one of this GPU's own device nodes open or mapped. A context on a
+    GPU keeps its node open and mapped (FIELD_NOTES: the forked child inherited both), so a
+    listed PID without it is not that context's process: it was reused, by a process that may
+    hold other GPUs (the server soak, seed 3010 trial 72: a rank on GPU 6 got the SIGTERM meant
+    for a dead PID listed on another GPU; the lab's pid_max is 32768)."""
+    nodes = set(gpu.nodes)
+    return any(path in nodes for path in proc.dev_fds) or any(path in nodes for path in proc.dev_maps)
+
+
 def orphaned_gpus(snapshot, free_threshold_mib):
     """GPUs whose memory NVML does not pin on a live process here.
 
-    Either NVML charges a PID that is gone, a zombie or from another namespace (a forked child
-    may hold that memory through inherited mappings), or it lists nobody while memory is used.
+    Either NVML charges a PID that is gone, a zombie, from another namespace or reused by a
+    process that does not hold this GPU (a forked child may hold that memory through inherited
+    mappings), or it lists nobody while memory is used.
     """
-    def holds_here(pid):
+    def holds_here(pid, gpu):
         proc = snapshot.procs.get(pid)
-        return proc is not None and proc.state != 'zombie' and bool(proc.dev_fds or proc.dev_maps)
+        return proc is not None and proc.state != 'zombie' and touches_gpu(proc, gpu)
 
     orphaned = set()
     for gpu in snapshot.gpus:
         pids = [pid for pid, _mib in gpu.processes]
-        if not all(holds_here(pid) for pid in pids):
+        if not all(holds_here(pid, gpu) for pid in pids):
             orphaned.add(gpu.index)
         elif not pids and gpu.used_mib > free_threshold_mib:
             orphaned.add(gpu.index)
@@ -218,7 +229,7 @@ def full_scan_code(snapshot, selected, free_threshold_mib):
         charged = 0
         for pid, mib in gpu.processes:
             proc = snapshot.procs.get(pid)
-            if proc is None or proc.state in ('zombie', 'zombie-leader') or not (proc.dev_fds or proc.dev_maps):
+            if proc is None or proc.state in ('zombie', 'zombie-leader') or not touches_gpu(proc, gpu):
                 return Finding(lever.LISTED_HOLDS_NOTHING, {'gpu': gpu.index, 'pid': pid})
             if mib is None:
                 return Finding(lever.NO_MEMORY_GIVEN, {'gpu': gpu.index, 'pid': pid})
@@ -248,7 +259,8 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
     holders: processes holding a particular GPU (context or handle).
     clients: processes with only shared nodes (nvidiactl, nvidia-uvm) open: monitors, NVML users.
     unconfirmed: NVML-listed PIDs that resolve here to a process holding no NVIDIA device, i.e.
-    a PID from another namespace or a reused one. They are never acted on.
+    a PID from another namespace or a reused one (code UNCONFIRMED_PID), or to one without the
+    listed GPU's own node (UNCONFIRMED_GPU, for those GPUs). They are never acted on for them.
 
     `units`: system unit -> (Restart, ActiveState, ControlGroup); `facts`: {'user_units':
     (uid, unit) -> the same from that user's manager, 'runtimes': (runtime, id) -> its
@@ -259,6 +271,7 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
     # Device nodes are mapped to GPUs through what the backend says each GPU's nodes are
     # (NVIDIA: /dev/nvidia<minor> with the driver's minor), never by the number in the name.
     node_to_index = dict((node, gpu.index) for gpu in snapshot.gpus for node in gpu.nodes)
+    by_index = dict((gpu.index, gpu) for gpu in snapshot.gpus)
     orphaned = orphaned_gpus(snapshot, free_threshold_mib)
     nvml_mem = {}
     for gpu in snapshot.gpus:
@@ -275,8 +288,16 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         listed = nvml_mem.get(pid, {})
         touches_device = bool(proc.dev_fds or proc.dev_maps) or pid in unreadable
         if listed and not touches_device and proc.state != 'zombie':
-            unconfirmed.append({'pid': pid, 'name': proc.name, 'gpus': sorted(listed)})
+            unconfirmed.append({'pid': pid, 'name': proc.name, 'gpus': sorted(listed),
+                                'code': lever.UNCONFIRMED_PID})
             continue
+        if listed and pid not in unreadable and proc.state != 'zombie':
+            # NVML's word for a GPU stands only where the process has that GPU's node.
+            foreign = sorted(i for i in listed if i in by_index and not touches_gpu(proc, by_index[i]))
+            if foreign:
+                unconfirmed.append({'pid': pid, 'name': proc.name, 'gpus': foreign,
+                                    'code': lever.UNCONFIRMED_GPU})
+                listed = dict((i, mib) for i, mib in listed.items() if i not in foreign)
         evidence = _holdings(proc, node_to_index, listed)
         if not evidence:
             if touches_device:
@@ -490,7 +511,7 @@ def findings(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
             found.append(Finding(lever.MEMORY_UNSEEN if blind else lever.MEMORY_UNEXPLAINED,
                                  {'gpu': gpu.index, 'used_mib': gpu.used_mib}))
     for entry in unconfirmed:
-        found.append(Finding(lever.UNCONFIRMED_PID, entry))
+        found.append(Finding(entry['code'], entry))
     for holder in holders:
         if not set(holder['gpus']) & selected:
             continue

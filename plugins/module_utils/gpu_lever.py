@@ -82,6 +82,7 @@ LISTED_MISSING = 'listed_missing'          # NVML lists a PID no process here ha
 MEMORY_UNSEEN = 'memory_unseen'            # memory used, no process visible to this module (blind)
 MEMORY_UNEXPLAINED = 'memory_unexplained'  # memory used, no process visible here
 UNCONFIRMED_PID = 'unconfirmed_pid'        # NVML's PID is a process here holding no device
+UNCONFIRMED_GPU = 'unconfirmed_gpu'        # NVML's PID is a process here holding other GPUs, not this one
 DISK_SLEEP = 'disk_sleep'                  # a holder in uninterruptible sleep
 TRACED = 'traced'                          # a holder under a tracer
 STOPPED = 'stopped'                        # a holder stopped by SIGSTOP (state T)
@@ -91,7 +92,7 @@ OWNER_LEVER = 'owner_lever'                # its owner calls for a lever (gpu_sa
 OTHER_PID_NAMESPACE = 'other_pid_namespace'  # a holder in another PID namespace than this module
 UNREADABLE = 'unreadable'                  # a security policy refuses reading fds or maps
 DIAGNOSIS = (IMPOSSIBLE_PID, LISTED_UNSEEN, LISTED_EXITED, LISTED_MISSING, PEER_MEMORY, MEMORY_UNSEEN,
-             MEMORY_UNEXPLAINED, UNCONFIRMED_PID, DISK_SLEEP, ZOMBIE, TRACED, STOPPED, ZOMBIE_LEADER,
+             MEMORY_UNEXPLAINED, UNCONFIRMED_PID, UNCONFIRMED_GPU, DISK_SLEEP, ZOMBIE, TRACED, STOPPED, ZOMBIE_LEADER,
              UNIT_RESTARTS, OWNER_LEVER, OTHER_PID_NAMESPACE, UNREADABLE)
 # Why a survey that read only NVML's processes must read every process (gpu_decide.full_scan_code).
 LISTED_HOLDS_NOTHING = 'listed_holds_nothing'  # a listed PID gone, a zombie, or holding no device

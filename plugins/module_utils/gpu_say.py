@@ -360,6 +360,11 @@ def finding(found):
         return ('NVML lists PID %d on GPU %s, but PID %d here (%s) holds no NVIDIA device: the PID comes '
                 'from another PID namespace or was reused; it is not treated as a holder.'
                 % (facts['pid'], ','.join(str(i) for i in facts['gpus']), facts['pid'], escape_text(facts['name'])))
+    if code == lever.UNCONFIRMED_GPU:
+        return ('NVML lists PID %d on GPU %s, but PID %d here (%s) has none of that GPU\'s device nodes open '
+                'or mapped: the PID was reused or comes from another PID namespace; it is not treated as '
+                'that GPU\'s holder (the process that holds its context, if any, is looked for in /proc).'
+                % (facts['pid'], ','.join(str(i) for i in facts['gpus']), facts['pid'], escape_text(facts['name'])))
     if code == lever.UNREADABLE:
         pids = facts['pids']
         return ('Could not read the fds or maps of %d process(es) (%s) although this module may read every '

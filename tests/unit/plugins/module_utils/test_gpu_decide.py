@@ -74,7 +74,7 @@ def test_nvml_pid_resolving_to_a_process_without_device_is_unconfirmed():
     # A host PID reported inside a container can name an unrelated local process.
     s = snap([gpu(0, used=4000, processes=[(10, 4000)])], [proc(10, name='bash')])
     holders, _unused, unconfirmed = classify(s)
-    assert holders == [] and unconfirmed == [{'pid': 10, 'name': 'bash', 'gpus': [0]}]
+    assert holders == [] and unconfirmed == [{'pid': 10, 'name': 'bash', 'gpus': [0], 'code': lever.UNCONFIRMED_PID}]
 
 
 @pytest.mark.parametrize('name,cmdline,reason', [
@@ -571,3 +571,19 @@ def test_sentences_escape_names_users_chose():
     zombie = dict(holders[0], state='zombie')
     said = say.skip(zombie, decide.skip_code(zombie, ()))
     assert '\x1b' not in said and 'p\\x1bq' in said
+
+
+def test_a_listed_pid_reused_by_a_rank_of_another_gpu_is_not_that_gpus_holder():
+    """The server soak (seed 3010, trial 72): NVML went on listing a dead parent's PID on GPU 1
+    (its forked child keeps the context), the PID was reused by a rank holding GPU 0, and the
+    reclaim of GPU 1 sent that rank its SIGTERM. A context keeps its GPU's node open and mapped:
+    without GPU 1's node, PID 30 is not GPU 1's holder; the child that maps it is."""
+    ctx1 = ('/dev/nvidia1', '/dev/nvidiactl')
+    s = snap([gpu(0, used=900, processes=[(30, 900)]), gpu(1, used=4000, processes=[(30, 4000)])],
+             [proc(30, name='sglang::schedul', fds=CTX, maps=CTX), proc(31, name='python3', fds=ctx1, maps=ctx1, ppid=1)])
+    holders, _unused, unconfirmed = classify(s)
+    by_pid = dict((h['pid'], h) for h in holders)
+    assert by_pid[30]['context_gpus'] == [0]
+    assert by_pid[31]['context_gpus'] == [1]
+    assert unconfirmed == [{'pid': 30, 'name': 'sglang::schedul', 'gpus': [1], 'code': lever.UNCONFIRMED_GPU}]
+    assert decide.full_scan_code(s, {1}, 128).code == lever.LISTED_HOLDS_NOTHING

@@ -709,7 +709,8 @@ def test_a_respawn_beside_a_protected_holder_on_another_gpu_is_still_watched_and
     made the ladder skip the respawn watch, so the loop on GPU 0 restarted its holder and the
     failure named GPU 1 only."""
     actor = ScriptedActor()
-    keep = proc(20, name='nv-hostengine', fds=CTX, maps=CTX)       # infrastructure: protected
+    ctx1 = ('/dev/nvidia1',) + CTX[1:]                               # a context on GPU 1 keeps its node
+    keep = proc(20, name='nv-hostengine', fds=ctx1, maps=ctx1)     # infrastructure: protected
     first = survey_of([gpu(0, used=1000, processes=[(10, 1000)]), gpu(1, used=1000, processes=[(20, 1000)])],
                       [proc(10, name='exits-on-term', fds=CTX, maps=CTX, ppid=50, cmdline='python3 worker.py'), keep])
     kept = survey_of([gpu(0), gpu(1, used=1000, processes=[(20, 1000)])], [keep])
