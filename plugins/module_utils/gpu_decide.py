@@ -152,9 +152,9 @@ def _holdings(proc, node_to_index, nvml_gpus):
 def touches_gpu(proc, gpu):
     """Whether the process has one of this GPU's own device nodes open or mapped. A context on a
     GPU keeps its node open and mapped (FIELD_NOTES: the forked child inherited both), so a
-    listed PID without it is not that context's process: it was reused, by a process that may
-    hold other GPUs (the server soak, seed 3010 trial 72: a rank on GPU 6 got the SIGTERM meant
-    for a dead PID listed on another GPU; the lab's pid_max is 32768)."""
+    listed PID without it is not that context's process: NVML goes on listing a dead parent's PID
+    while its forked child keeps the context (FIELD_NOTES), and a process that reused the PID
+    may hold other GPUs (a rank of another server) and must not get that GPU's signals."""
     nodes = set(gpu.nodes)
     return any(path in nodes for path in proc.dev_fds) or any(path in nodes for path in proc.dev_maps)
 

@@ -275,3 +275,29 @@ def start_unreaped_child(lab, node, gpu, mib):
     return tuple(_python_scenario(lab, node, "unreaped", UNREAPED_CHILD, gpu, mib,
                                   "grep -q ') Z ' /proc/$(cut -d' ' -f2 {ready})/stat",
                                   "unreaped child is a zombie"))
+
+
+# Runs a command as a process born with a chosen PID: clone3() with set_tid, as CRIU restores
+# processes (root of the node's PID namespace may; the kernel refuses a PID in use). It gives a
+# test the PID reuse a busy host brings after hours, at once.
+WITH_PID = r"""
+import ctypes, os, struct, sys
+want, argv = int(sys.argv[1]), sys.argv[2:]
+libc = ctypes.CDLL(None, use_errno=True)
+tid = (ctypes.c_int * 1)(want)
+# struct clone_args: flags, pidfd, child_tid, parent_tid, exit_signal (SIGCHLD), stack,
+# stack_size, tls, set_tid, set_tid_size, cgroup
+args = struct.pack('11Q', 0, 0, 0, 0, 17, 0, 0, 0, ctypes.addressof(tid), 1, 0)
+pid = libc.syscall(435, ctypes.create_string_buffer(args, len(args)), len(args))
+if pid == 0:
+    os.execvp(argv[0], argv)
+if pid < 0:
+    raise SystemExit('clone3 with PID %d: %s' % (want, os.strerror(ctypes.get_errno())))
+"""
+
+
+def hold_with_pid(lab, node, name, pid, *hold_args):
+    """`fakegpu hold ARGS` as a process with PID `pid` (a dead one's, reused); returns the ready
+    record."""
+    lab.exec(node, "mkdir -p %s && cat > %s/with-pid.py <<'EOF'\n%sEOF" % (READY_DIR, READY_DIR, WITH_PID))
+    return hold(lab, node, name, *hold_args, wrap="python3 %s/with-pid.py %d" % (READY_DIR, pid))

@@ -141,6 +141,28 @@ def test_inherited_handles_of_dead_owner_freed(lab, node):
     assert_all_free(lab, node, result, [5])
 
 
+def test_a_dead_parents_pid_reused_by_a_holder_of_another_gpu_is_never_signalled(lab, node):
+    # NVML goes on listing the dead parent's PID on GPU 5 while its forked child keeps the
+    # context; a holder of GPU 4 is born with that PID. It holds no node of GPU 5: the reclaim
+    # of GPU 5 ends the child and leaves the holder of GPU 4 alone. The parent is a worker, not
+    # its session's leader (the kernel keeps a leader's PID while its session lives).
+    rec = sc.hold(lab, node, "forkinh3", "--gpu", "5:700", "--fork-inherit",
+                  wrap="python3 -c 'import subprocess, sys; subprocess.call(sys.argv[1:])'")
+    (child,) = rec["forked"]
+    child_start = [p["start_time"] for p in rec["processes"] if p["pid"] == child][0]
+    sc.kill9_and_wait_reaped(lab, node, rec["pid"])
+    reuser = sc.hold_with_pid(lab, node, "reuser", rec["pid"], "--gpu", "4:500")
+    assert reuser["pid"] == rec["pid"]
+
+    result = ok(reclaim(lab, node, gpus=["5"]))
+
+    assert rec["pid"] not in signalled(result, "sigterm") | signalled(result, "sigkill")
+    assert sc.alive(lab, node, reuser["pid"], reuser["start_time"])
+    assert not sc.alive(lab, node, child, child_start)
+    assert_all_free(lab, node, result, [5])
+    assert sc.gpu_used_mib(lab, node, 4) == 500
+
+
 def test_a_live_parent_is_ended_first_and_the_rescan_finds_its_inheriting_child(lab, node):
     # NVML charges the memory to the live parent, so the first survey reads only the PIDs NVML
     # lists and cannot see the child; once the parent is gone NVML charges a dead PID, and the

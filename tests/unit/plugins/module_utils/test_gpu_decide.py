@@ -574,10 +574,10 @@ def test_sentences_escape_names_users_chose():
 
 
 def test_a_listed_pid_reused_by_a_rank_of_another_gpu_is_not_that_gpus_holder():
-    """The server soak (seed 3010, trial 72): NVML went on listing a dead parent's PID on GPU 1
-    (its forked child keeps the context), the PID was reused by a rank holding GPU 0, and the
-    reclaim of GPU 1 sent that rank its SIGTERM. A context keeps its GPU's node open and mapped:
-    without GPU 1's node, PID 30 is not GPU 1's holder; the child that maps it is."""
+    """NVML goes on listing a dead parent's PID on GPU 1 while its forked child keeps the context
+    (FIELD_NOTES); the PID is reused by a rank holding GPU 0. Before, the reclaim of GPU 1 took
+    that rank for GPU 1's holder. A context keeps its GPU's node open and mapped: without GPU
+    1's node, PID 30 is not GPU 1's holder; the child that maps it is."""
     ctx1 = ('/dev/nvidia1', '/dev/nvidiactl')
     s = snap([gpu(0, used=900, processes=[(30, 900)]), gpu(1, used=4000, processes=[(30, 4000)])],
              [proc(30, name='sglang::schedul', fds=CTX, maps=CTX), proc(31, name='python3', fds=ctx1, maps=ctx1, ppid=1)])

@@ -68,7 +68,7 @@ SHAPES = {
                                '9000 MiB used with no process visible here'),
     lever.UNCONFIRMED_PID: (lambda: snap([gpu(0, used=900, processes=[(30, 900)])], [proc(30, name='bash')]),
                             None, None, False, 'but PID 30 here (bash) holds no NVIDIA device'),
-    # the server soak's trial 72: PID 30 listed on GPU 1 (a dead process's context) is a rank of GPU 0 now
+    # PID 30 listed on GPU 1 (a dead parent's context, its forked child keeps it) is a rank of GPU 0 now
     lever.UNCONFIRMED_GPU: (lambda: snap([gpu(0, used=900, processes=[(30, 900)]), gpu(1, used=900, processes=[(30, 900)])],
                                          [proc(30, name='sglang::schedul', fds=CTX, maps=CTX)]),
                             None, None, False, "PID 30 here (sglang::schedul) has none of that GPU's device nodes"),
