@@ -57,10 +57,16 @@ def alice(lab, node):
     """alice with a running user manager and a delegated subtree she can write, the stand-in
     GPUs usable by every user (as a real driver's are); her scopes and directories removed
     after the test."""
-    lab.exec(node, "id -u %s >/dev/null 2>&1 || useradd -m -u %d %s; loginctl enable-linger %s"
-             % (ALICE, ALICE_UID, ALICE, ALICE))
-    sc.wait_until(lab, node, "systemctl is-active -q user@%d.service && [ -S /run/user/%d/systemd/private ]"
-                  % (ALICE_UID, ALICE_UID), "alice's user manager running")
+    lab.exec(node, "id -u %s >/dev/null 2>&1 || useradd -m -u %d %s; "
+                   "systemctl reset-failed user@%d.service user-runtime-dir@%d.service >/dev/null 2>&1; "
+                   "loginctl enable-linger %s" % (ALICE, ALICE_UID, ALICE, ALICE_UID, ALICE_UID, ALICE))
+    try:
+        sc.wait_until(lab, node, "systemctl is-active -q user@%d.service && [ -S /run/user/%d/systemd/private ]"
+                      % (ALICE_UID, ALICE_UID), "alice's user manager running")
+    except AssertionError as failed:
+        said = lab.exec(node, "systemctl status --no-pager -n 20 user@%d.service user-runtime-dir@%d.service; "
+                              "loginctl show-user %d; true" % (ALICE_UID, ALICE_UID, ALICE_UID), check=False)
+        raise AssertionError("%s\n%s%s" % (failed, said.stdout, said.stderr))
     state = as_alice(lab, node, "systemctl --user is-system-running", check=False).stdout.strip()
     assert state in ("running", "degraded"), "alice's manager answers %r" % state
     found = hierarchies(lab, node)
