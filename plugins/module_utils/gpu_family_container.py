@@ -36,6 +36,7 @@ class ContainerRuntime(family.RuntimeOwned):
     kinds = (gpu_owner.CONTAINER,)
     stage = family.OWNERS
     option = 'stop_containers'
+
     def lever(self, holder, context):
         return lever.container_lever(holder, context.match, context.protected_ids, grace=context.grace)
 

@@ -32,6 +32,7 @@ class Guest(family.RuntimeOwned):
 
     name = 'guest'
     kinds = (gpu_owner.GUEST,)
+
     def lever(self, holder, context):
         return lever.by_hand(holder) or lever.lever(lever.STOP_BY_HAND, refusal=lever.NO_STOP)
 

@@ -23,6 +23,7 @@ class Pod(family.RuntimeOwned):
 
     name = 'pod'
     kinds = (gpu_owner.POD,)
+
     def lever(self, holder, context):
         return lever.by_hand(holder)
 
