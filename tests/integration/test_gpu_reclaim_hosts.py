@@ -30,7 +30,9 @@ def signalled(result):
 @pytest.fixture
 def lab_user(lab, node):
     """An unprivileged user on the node that logs in with the lab key, as root does."""
-    lab.exec(node, "id -u {u} >/dev/null 2>&1 || useradd -m -s /bin/bash {u}; "
+    # A fixed UID: the first free one (1000) is alice's in test_trust_boundary, which waits for
+    # user@1000 (final CI at e64bbb4: gpulab took 1000 on node2 first, and 5 alice setups failed).
+    lab.exec(node, "id -u {u} >/dev/null 2>&1 || useradd -m -u 1500 -s /bin/bash {u}; "
                    "install -d -m 700 -o {u} -g {u} /home/{u}/.ssh && "
                    "install -m 600 -o {u} -g {u} /root/.ssh/authorized_keys /home/{u}/.ssh/authorized_keys"
              .format(u=LAB_USER))
