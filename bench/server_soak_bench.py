@@ -463,6 +463,21 @@ def host_processes(marker):
     return out
 
 
+def from_outside(events, node):
+    """Signals to a process of the node (its cgroup `node`, as read when the event was read)
+    sent by a process outside it: not the node's own processes (systemd, the role, the bench's
+    `lab exec`, which runs in the node) nor the node's own supervisor (its nspawn, which ends it
+    at `lab down`), or by one gone when the event was read (it cannot be placed: listed so that
+    it is looked at). The soak's shapes send none from outside."""
+    out = []
+    for e in events:
+        target = (e["target"].get("now") or {}).get("cgroup") or ""
+        sender = (e["sender"].get("now") or {}).get("cgroup") or ""
+        if node in target and node not in sender:
+            out.append(e)
+    return out
+
+
 def shlex_quote(text):
     import shlex
     return shlex.quote(text)
@@ -592,11 +607,16 @@ def main():
         seed, len(trials), "the %d batches'" % len(batches(args.n, only)) if only else args.n, took, " (budget ended it)" if stopped else "", dict(shapes)))
     bl.log("as first seen by the role: %s; pauses the probe met: %d" % (dict(seen), met))
     bl.log("counts: %s" % ", ".join("%s %d" % kv for kv in c.items()))
+    foreign = []
     if trace:
-        bl.log("signal trace: %d events kept of %d seen" % (len(trace.snapshot()), trace.seen))
+        foreign = from_outside(trace.snapshot(), "/gpuops%s-node1/" % os.environ["LAB_ADDR_BASE"])
+        bl.log("signal trace: %d events kept of %d seen; %d SIGTERM/SIGKILL into the node from outside it%s" % (
+            len(trace.snapshot()), trace.seen, len(foreign), "" if not foreign else ":"))
+        for e in foreign[:20]:
+            bl.log("  from outside: %s" % signal_trace.describe(e))
     bl.write_json(args.out, {"seed": seed, "commit": commit, "n": args.n, "only": only, "seconds": round(took),
                              "counts": c, "bystander_kills": kills, "pauses_met": met, "trials": trials,
-                             "signals": signals_path})
+                             "signals": signals_path, "signals_from_outside": foreign})
     return 1 if any(v for k, v in c.items() if k != "infra") else 0
 
 
