@@ -408,10 +408,23 @@ class Soak:
         # The slots' processes as the host names them (a target SIGKILLed is gone before the
         # trace's reader can read its /proc; this maps its host PID back).
         host_before = host_processes(self.node_cgroup()) if self.trace else {}
+        # And those started during the play (a loading slot's ranks, after its hand restart),
+        # read every second: a rank ends at once on SIGTERM, before the trace can read it.
+        watching = threading.Event()
+
+        def watch():
+            while not watching.wait(1.0):
+                host_before.update(host_processes(self.node_cgroup()))
+        watcher = threading.Thread(target=watch, daemon=True)
+        if self.trace:
+            watcher.start()
         on_line, state = self.pauser(specs)
         state["pids"] = {s: (before["slots"][s]["main"] or [0])[0] for s in specs}
-        records, seconds, out = self.play(specs, on_line)
-        for thread in state["threads"]:
+        try:
+            records, seconds, out = self.play(specs, on_line)
+        finally:
+            watching.set()
+        for thread in state["threads"] + ([watcher] if self.trace else []):
             thread.join(60)
         after = self.facts()
         until = time.monotonic()
