@@ -4,7 +4,6 @@ the target died, or by its unit's cgroup, and on a host with tracefs the recorde
 sender of a real SIGTERM."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
