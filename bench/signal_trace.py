@@ -212,7 +212,7 @@ class SignalTrace:
         if self.pipe is not None:
             self.pipe.close()
             self.pipe = None
-        for _try in range(50):
+        for _unused in range(50):
             if not self.instance or not os.path.isdir(self.instance):
                 break
             try:
