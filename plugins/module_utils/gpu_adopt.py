@@ -41,6 +41,8 @@ import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act, gpu_lever, gpu_observe, gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family
+# gpu_owner reads a cgroup with the families' recognisers, which gpu_families hands it on import.
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 # Why a process is not adopted (codes; sentences in `sentence`).

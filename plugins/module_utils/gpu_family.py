@@ -7,9 +7,9 @@
 A family (a system unit, a user's unit, a container runtime, a process supervisor, a guest, a
 pod) answers six questions:
 
-- recognise: which owner a process has, from its cgroup path's parts (`recognise`, consulted by
-  gpu_owner.owner_from_path before its built-in layouts) or from its ancestry (`recognise_all`,
-  after the cgroups: a supervisor);
+- recognise: which owner a process has, from its cgroup path's parts (`recognise`: gpu_families
+  hands each family's to gpu_owner.owner_from_path, which knows only systemd's generic layout)
+  or from its ancestry (`recognise_all`, after the cgroups: a supervisor);
 - facts: what the owner's manager or CLI says about it, read bounded (`facts_key`, `facts`);
 - lever: the holder's gpu_lever.Lever, or its refusal code (through gpu_trust);
 - pull: the lever pulled through the actor (gpu_act), the outcome judged;
@@ -37,8 +37,10 @@ UNITS = 'units'        # on the pass's targets, right before their signals
 BY_HAND = 'by_hand'    # never from here: the lever is a person's (gpu_lever.by_hand)
 
 # What a family's lever is planned with, for one pass: `match` (gpu_patterns), the units and
-# containers never stopped, the vendor's units (gpu_backend), the stop's grace in seconds.
-Context = collections.namedtuple('Context', 'match protected_units protected_ids vendor_units grace')
+# containers never stopped, the vendor's units (gpu_backend), the stop's grace in seconds, and
+# the rule naming a unit never stopped (gpu_decide.protected_unit, given by the Ladder).
+Context = collections.namedtuple('Context', 'match protected_units protected_ids vendor_units grace is_protected')
+Context.__new__.__defaults__ = (None,)
 # Every command this module runs is bounded; systemctl answers in milliseconds when healthy.
 SYSTEMCTL_TIMEOUT_S = 30
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The system unit family (gpu_family): a service of the system's systemd manager.
 
-- recognise: gpu_owner (the innermost service root named);
+- recognise: gpu_owner's generic systemd layout (the innermost service root named);
 - facts: `systemctl show` (gpu_observe.unit_restart_policy: Restart=, ActiveState, ControlGroup),
   read anew at every survey (a stopped unit must show as stopped);
 - lever: `systemctl stop` (gpu_lever.unit_lever), only where root named the cgroup and systemd
@@ -18,7 +18,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
@@ -44,7 +43,7 @@ class SystemUnit(family.UnitOwned):
 
     def lever(self, holder, context):
         return lever.unit_lever(holder, context.protected_units, context.vendor_units,
-                                is_protected=decide.protected_unit)
+                                is_protected=context.is_protected)
 
     def pull(self, chosen, owned, ladder):
         return family.stop_unit(ladder.actor, chosen.argv, self.manager, chosen.key, ladder.grace())

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The user unit family (gpu_family): a service of a user's own systemd manager.
 
-- recognise: gpu_owner (the innermost valid service below user@UID.service, the user's text);
+- recognise: gpu_owner's generic layout (the innermost valid service below user@UID.service,
+  the user's text);
 - facts: `systemctl --user show` as that user (gpu_observe.user_unit_facts);
 - lever: `systemctl --user stop` as the user (gpu_lever.user_unit_lever, gpu_trust.STOP_USER_UNIT):
   it can stop nothing she could not stop herself;

@@ -5,6 +5,8 @@ phrased (issue 32 item 1)."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import pytest
+
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families as families
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
@@ -144,3 +146,29 @@ def test_a_commands_rc_and_output_come_back_as_facts_for_the_family_to_judge():
     assert (result.code, changed, result.facts['rc'], result.facts['output']) == (lever.COMMAND_FAILED, False, 3, 'nope')
     result, changed = act.HostActor().run(['true'], 10)
     assert (result.code, changed, result.facts['rc']) == (lever.COMMAND_OK, True, 0)
+
+
+# --- recognition: each layout is its family's; gpu_owner knows only systemd's generic one --------
+
+def test_each_runtimes_guests_and_pods_layout_is_recognised_by_its_own_family(monkeypatch):
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_container, gpu_family_guest
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_pod
+    cases = [('/system.slice/docker-%s.scope' % CID, gpu_family_container, gpu_owner.CONTAINER),
+             ('/lxc.payload.gpubox/system.slice/llm.service', gpu_family_guest, gpu_owner.GUEST),
+             ('/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234abcd.slice/cri-containerd-%s.scope'
+              % CID, gpu_family_pod, gpu_owner.POD)]
+    assert gpu_owner.RECOGNISERS == [families.CONTAINER.recognise, families.GUEST.recognise, families.POD.recognise]
+    for path, module, kind in cases:
+        assert owner_of(path)['kind'] == kind
+        # Without its family's recogniser, gpu_owner reads only systemd's layout: a unit, a
+        # scope or nothing, never that kind.
+        monkeypatch.setattr(gpu_owner, 'RECOGNISERS', [r for r in gpu_owner.RECOGNISERS
+                                                       if r is not module.FAMILY.recognise])
+        assert owner_of(path)['kind'] != kind
+        monkeypatch.undo()
+
+
+def test_gpu_owner_refuses_to_read_a_cgroup_before_the_families_are_handed_over(monkeypatch):
+    monkeypatch.setattr(gpu_owner, 'RECOGNISERS', [])
+    with pytest.raises(RuntimeError, match='gpu_families'):
+        owner_of('/system.slice/docker-%s.scope' % CID)
