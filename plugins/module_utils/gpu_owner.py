@@ -12,8 +12,12 @@ is the kind 'user' (`controlled_by` 'user', or 'unknown' where the owners could 
 and its innermost unit name is a candidate for that user's own manager only. gpu_trust
 decides which levers an owner allows.
 
-Pure: parsing only. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's
-table; running it is observation (gpu_observe.runtime_details) or action (gpu_act).
+Pure: parsing only. What is here is generic: systemd's units, scopes, slices and users'
+subtrees, the owner record (new_owner) and the trust rule. A container runtime's, a guest's
+and a pod's cgroup layout is its family's (gpu_family_container, _guest, _pod: `recognise`),
+handed to RECOGNISERS by gpu_families, so a new runtime touches its family module, not this
+one. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's table; running it
+is observation (gpu_observe.runtime_details) or action (a family's pull, through gpu_act).
 
 Where each cgroup layout comes from is cited in tests/unit/plugins/module_utils/test_gpu_owner.py
 beside a real path.
