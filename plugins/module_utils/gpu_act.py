@@ -284,7 +284,7 @@ class HostActor(object):
     def run(argv, timeout, as_user=None, ends=()):
         """(result, changed) of one command that changes the host: a family's Lever's argv, a
         reset step, adoption's scope. `as_user`: subprocess keywords that run it as a user
-        (gpu_observe.user_manager_call's, as_user's); `ends`: the holders it ends when it
+        (gpu_observe.user_manager_call's or as_user's); `ends`: the holders it ends when it
         succeeds (check mode counts them ended). The result's `facts` carry `rc` and `output`
         for the caller to judge; changed means rc 0."""
         rc, out = run_command(argv, timeout, **(as_user or {}))
