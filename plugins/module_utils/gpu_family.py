@@ -9,7 +9,7 @@ pod) answers six questions:
 
 - recognise: which owner a process has, from its cgroup path's parts (`recognise`, consulted by
   gpu_owner.owner_from_path before its built-in layouts) or from its ancestry (`recognise_all`,
-  after the cgroups: a supervisor);
+  after the cgroups and before any holder is built: a supervisor);
 - facts: what the owner's manager or CLI says about it, read bounded (`facts_key`, `facts`);
 - lever: the holder's gpu_lever.Lever, or its refusal code (through gpu_trust);
 - pull: the lever pulled through the actor (gpu_act), the outcome judged;
@@ -79,7 +79,7 @@ class Family(object):
     @staticmethod
     def candidate(holder, selected):
         """Whether the Ladder plans this holder's lever: it holds a context on a selected GPU."""
-        return bool(set(holder['context_gpus']) & selected)
+        return bool(set(holder.context_gpus) & selected)
 
     @staticmethod
     def seen(chosen, watch):

@@ -10,6 +10,8 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 
+from .holders import make_holder
+
 CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
 
 
@@ -54,11 +56,11 @@ def test_a_guest_started_as_a_system_service_has_its_units_facts_read_not_a_runt
 
 
 def test_the_by_hand_families_never_offer_the_ladder_a_lever():
-    pod = {'owner': owner_of('/kubepods.slice/kubepods-pod0a1b2c3d_0000_1111_2222_333344445555.slice'),
-           'protected_code': None, 'unit': None}
+    pod = make_holder(owner=owner_of('/kubepods.slice/kubepods-pod0a1b2c3d_0000_1111_2222_333344445555.slice'),
+                      protected_code=None, unit=None)
     assert families.POD.lever(pod, None).refusal == lever.NO_STOP
-    guest = {'owner': owner_of('/lxc.payload.web/system.slice/sglang.service'), 'protected_code': None,
-             'unit': None}
+    guest = make_holder(owner=owner_of('/lxc.payload.web/system.slice/sglang.service'), protected_code=None,
+                        unit=None)
     chosen = families.GUEST.lever(guest, None)
     assert chosen.refusal == lever.NO_STOP and chosen.kind == lever.STOP_GUEST_UNIT
     assert chosen.argv == ['lxc-attach', '-n', 'web', '--', 'systemctl', 'stop', 'sglang.service']
