@@ -165,7 +165,7 @@ class ScriptedActor(object):
         name = act.SIGNAL_NAMES[signum]
         self.calls.append((name, holder.pid))
         if (name, holder.name) in (('SIGTERM', 'exits-on-term'), ('SIGKILL', 'exits-on-term'),
-                                      ('SIGKILL', 'exits-on-kill')):
+                                   ('SIGKILL', 'exits-on-kill')):
             self.gone.add(holder.pid)
         return say.step(lever.SENT, pid=holder.pid), True
 

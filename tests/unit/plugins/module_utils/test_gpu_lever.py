@@ -99,10 +99,10 @@ def test_a_respawner_is_a_target_unless_a_code_says_why_not():
 
 def test_the_next_lever_reads_the_protection_code_not_the_sentence():
     init = container()._replace(protected=True, protected_code=lever.INIT_SHIELD,
-                protected_reason='anything a future wording says')
+                                protected_reason='anything a future wording says')
     assert say.next_lever(init).startswith('it is the init of docker container')
     other = container(policy='no')._replace(protected=True, protected_code=lever.PATTERN,
-                 protected_reason=say.CONTAINER_INIT)
+                                            protected_reason=say.CONTAINER_INIT)
     assert say.next_lever(other).startswith('it is protected (')
 
 
