@@ -1,6 +1,6 @@
 """Fleet benchmark: playbooks/reclaim.yml on N wedged lab hosts beside the ways people do it.
 
-usage: bench/run fleet [--hosts N] [--reps R] [--methods reclaim.yml,module,fuser,ping,check]
+usage: bench/run fleet [--hosts N] [--reps R] [--methods reclaim.yml,module,fuser,ping,check,module-check]
                        [--before REF] [--keep]
 
 Boots N lab hosts in a private lab (LAB_STATE/LAB_RUN/LAB_ADDR_BASE from the environment,
@@ -15,7 +15,9 @@ times, alternating, with forks = N:
   ping         ansible gpu_nodes -m ping (the floor: Ansible reaching every host)
   check        ansible-playbook playbooks/reclaim.yml --check --diff on converged hosts
                (GPUs free, monitor running): the scheduled drift check
-  --before REF adds reclaim.yml@REF, module@REF and check@REF: the same runs with the
+  module-check ansible gpu_nodes -m gpuops.reclaim.gpu_reclaim --check on converged hosts: the
+               check's own module call ad hoc, the floor of the check's cost
+  --before REF adds reclaim.yml@REF, module@REF, check@REF and module-check@REF: the same runs with the
                playbook, roles and modules of git commit REF (git archive into a temporary
                collection tree), so a change is measured against what it replaced in the same
                run (each only when its method is in --methods)
@@ -40,8 +42,9 @@ LAB = os.path.join(bl.REPO, "tests", "lab", "lab")
 NODE_SCRIPT = os.path.join(bl.BENCH, "fleet_node.py")
 PLAYBOOK = os.path.join(bl.REPO, "playbooks", "reclaim.yml")
 VENV_BIN = os.path.join(bl.REPO, ".venv", "bin")
-METHODS = ("reclaim.yml", "module", "fuser", "ping", "check")
+METHODS = ("reclaim.yml", "module", "fuser", "ping", "check", "module-check")
 RECLAIMING = ("reclaim.yml", "module", "fuser")
+CHECKING = ("check", "module-check")
 BLIND = "fuser -k /dev/nvidia*; sleep 1; fuser -k /dev/nvidia*; true"
 LAB_DEFAULTS = {"LAB_STATE": "/var/lib/gpuops-lab-bench", "LAB_RUN": "/run/gpuops-lab-bench",
                 "LAB_ADDR_BASE": "200"}
@@ -67,6 +70,7 @@ def commands(inventory, before=None):
         "fuser": (adhoc + ["-m", "ansible.builtin.shell", "-a", BLIND], {}),
         "ping": (adhoc + ["-m", "ansible.builtin.ping"], {}),
         "check": (playbook + ["--check", "--diff"], {}),
+        "module-check": (adhoc + ["-m", "gpuops.reclaim.gpu_reclaim", "--check"], {}),
     }
     if before:
         ref, tree = before
@@ -75,6 +79,7 @@ def commands(inventory, before=None):
         cmds["reclaim.yml@" + ref] = (old, env)
         cmds["module@" + ref] = (adhoc + ["-m", "gpuops.reclaim.gpu_reclaim"], env)
         cmds["check@" + ref] = (old + ["--check", "--diff"], env)
+        cmds["module-check@" + ref] = (adhoc + ["-m", "gpuops.reclaim.gpu_reclaim", "--check"], env)
     return cmds
 
 
@@ -115,7 +120,8 @@ def end_state(inventory, forks):
 
 
 def recap_changed(log_path):
-    """Hosts the play recap shows with changed > 0 (for the check, which must change nothing)."""
+    """Hosts the play recap (or an ad hoc run's `HOST | CHANGED` line) shows changed, for the
+    checks, which must change nothing."""
     changed = []
     with open(log_path) as handle:
         for line in handle:
@@ -123,6 +129,8 @@ def recap_changed(log_path):
                 host = line.split()[0]
                 if int(line.split("changed=")[1].split()[0]) > 0:
                     changed.append(host)
+            elif " | CHANGED" in line:
+                changed.append(line.split()[0])
     return changed
 
 
@@ -156,7 +164,7 @@ def main():
     before = (args.before, bl.collection_at(args.before, logdir)) if args.before else None
     cmds = commands(inventory, before)
     if before:
-        methods += [m + "@" + args.before for m in ("reclaim.yml", "module", "check") if m in methods]
+        methods += [m + "@" + args.before for m in ("reclaim.yml", "module", "check", "module-check") if m in methods]
     samples = {m: [] for m in methods}
     try:
         on_nodes(inventory, args.hosts, "converged")
@@ -166,7 +174,7 @@ def main():
             schedule += [(m, False) for m in methods[rep % len(methods):] + methods[:rep % len(methods)]]
         for method, warm in schedule:
             kind = method.split("@")[0]
-            prepare = "wedge" if kind in RECLAIMING else "converged" if kind == "check" else None
+            prepare = "wedge" if kind in RECLAIMING else "converged" if kind in CHECKING else None
             if prepare:
                 on_nodes(inventory, args.hosts, prepare)
             log_path = os.path.join(logdir, "%s-%d.log" % (method, len(samples[method])))
@@ -180,7 +188,7 @@ def main():
             if prepare:
                 state = end_state(inventory, args.hosts)
                 sample.update(free=state["free"], monitor_alive=state["monitor_alive"])
-                if kind == "check":
+                if kind in CHECKING:
                     sample["changed_hosts"] = recap_changed(log_path)
             if warm:
                 sample["warm"] = True
@@ -209,11 +217,11 @@ def report(args, methods, samples):
     for m in methods:
         state = ""
         kind = m.split("@")[0]
-        if kind in RECLAIMING or kind == "check":
+        if kind in RECLAIMING or kind in CHECKING:
             runs = timed_samples[m]
             state = "free %s, monitor alive %s" % (
                 "/".join(str(s["free"]) for s in runs), "/".join(str(s["monitor_alive"]) for s in runs))
-            if kind == "check":
+            if kind in CHECKING:
                 state += ", changed hosts %s" % "/".join(str(len(s["changed_hosts"])) for s in runs)
         print("%-18s %8.2f %8s %8s %12.3f %s" % (
             m, med[m], "%.2fx" % (med[m] / med["fuser"]) if "fuser" in med else "-",

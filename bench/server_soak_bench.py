@@ -1,6 +1,7 @@
 """Server soak: inference_service on random server shapes on a lab node (issue 30 item 8).
 
-usage: bench/run server-soak [--n N] [--seed S] [--budget SECONDS] [--keep]
+usage: bench/run server-soak [--n N] [--seed S] [--only K,...] [--budget SECONDS] [--trace-signals]
+                             [--out NAME] [--keep]
 
 Boots one lab node (the private lab of LAB_STATE/LAB_RUN/LAB_ADDR_BASE when set, else
 /var/lib/gpuops-lab-bench at base 200), installs SLOTS stand-in servers (tests/fakeserve) as
@@ -40,7 +41,15 @@ Counted, per trial:
   infra              the lab could not build the shape (not counted against the role; listed)
 
 Prints the counts and writes bench/results/server_soak.json (every trial's shape, what the role
-decided, the processes before and after).
+decided, the processes before and after). --only K,... runs only the batches that hold those
+trials (a replay: the batch's other slots get their own shapes as in the full run).
+
+--trace-signals records every SIGTERM and SIGKILL on the host (bench/signal_trace.py: the kernel's
+signal:signal_generate tracepoint in a trace instance of its own) whose sender or target is in
+this lab's node, or whose target was gone when read, into bench/results/NAME.signals.jsonl; each
+failing trial then names the signals its slot's processes got during its batch: the sender's
+comm, host PID, PID in its namespace, cmdline and cgroup (its node and unit). Without tracefs
+it says so and runs on.
 """
 import argparse
 import collections
@@ -55,6 +64,7 @@ import threading
 import time
 
 import benchlib as bl
+import signal_trace
 
 LAB = os.path.join(bl.REPO, "tests", "lab", "lab")
 PLAYBOOK = os.path.join(bl.BENCH, "server_soak.yml")
@@ -164,8 +174,8 @@ def judge(spec, gpus, record, before, after):
 
 
 class Soak:
-    def __init__(self, node, seed, log=bl.log):
-        self.node, self.seed, self.log = node, seed, log
+    def __init__(self, node, seed, log=bl.log, trace=None):
+        self.node, self.seed, self.log, self.trace = node, seed, log, trace
         self.gpus, self.stranger_gpu = slot_gpus(seed)
         self.host = self.node_record()["ip"]
         self.tmp = tempfile.mkdtemp(prefix="server-soak-")
@@ -177,6 +187,10 @@ class Soak:
 
     def unit(self, slot):
         return "soak-s%d" % slot
+
+    def node_cgroup(self):
+        """The node's cgroup on the host (tests/lab/README.md: gpuopsBASE-NODE)."""
+        return "/gpuops%s-%s/" % (os.environ.get("LAB_ADDR_BASE", LAB_DEFAULTS["LAB_ADDR_BASE"]), self.node)
 
     def exec(self, cmd, timeout=120, check=True):
         return lab("exec", self.node, cmd, timeout=timeout, check=check)
@@ -389,13 +403,33 @@ class Soak:
             ages = self.build(specs)
         except RuntimeError as exc:
             return [{"spec": spec, "failures": [("infra", str(exc))]} for spec in specs.values()], []
+        since = time.monotonic()
         before = self.facts()
+        # The slots' processes as the host names them (a target SIGKILLed is gone before the
+        # trace's reader can read its /proc; this maps its host PID back).
+        host_before = host_processes(self.node_cgroup()) if self.trace else {}
+        # And those started during the play (a loading slot's ranks, after its hand restart),
+        # read every second: a rank ends at once on SIGTERM, before the trace can read it.
+        watching = threading.Event()
+
+        def watch():
+            while not watching.wait(1.0):
+                host_before.update(host_processes(self.node_cgroup()))
+        watcher = threading.Thread(target=watch, daemon=True)
+        if self.trace:
+            watcher.start()
         on_line, state = self.pauser(specs)
         state["pids"] = {s: (before["slots"][s]["main"] or [0])[0] for s in specs}
-        records, seconds, out = self.play(specs, on_line)
-        for thread in state["threads"]:
+        try:
+            records, seconds, out = self.play(specs, on_line)
+        finally:
+            watching.set()
+        for thread in state["threads"] + ([watcher] if self.trace else []):
             thread.join(60)
         after = self.facts()
+        until = time.monotonic()
+        if self.trace:
+            host_before.update(host_processes(self.node_cgroup()))
         for slot, main in state["main"].items():
             before["slots"][slot] = main    # a loading slot's server is the one restarted by hand
         trials = []
@@ -404,7 +438,14 @@ class Soak:
             if spec["shape"] in ("paused", "loading") and slot not in state["done"]:
                 failures.append(("infra", "the %s did not run (the play's line was not seen)" % spec["shape"]))
             record = records.get(slot) or {}
-            trials.append({"spec": spec, "failures": failures, "gpus": self.gpus[slot],
+            signals = []
+            if self.trace and failures:
+                # The slot's processes: those the trial named, and any in its unit's cgroup (a
+                # loading slot's ranks start after the hand restart the trial named it by).
+                mine = [before["slots"][slot]["main"]] + before["slots"][slot]["children"]
+                signals = [dict(e, said=signal_trace.describe(e)) for e in signal_trace.matching(
+                    self.trace.snapshot(), mine, since, until, host_before, "/%s.service" % self.unit(slot))]
+            trials.append({"signals": signals, "spec": spec, "failures": failures, "gpus": self.gpus[slot],
                            "age_at_play_s": ages.get(slot), "play_s": seconds,
                            "seen": ((record.get("before") or {}).get("code")), "now": record.get("now"),
                            "probe": record.get("probe"),
@@ -412,9 +453,42 @@ class Soak:
                            "role_failure": record.get("failure"),
                            "before": before["slots"][slot], "after": after["slots"][slot]})
         dead = [name for name, alive in after["bystanders"].items() if not alive]
+        if dead and self.trace:
+            for name in dead:
+                for e in signal_trace.matching(self.trace.snapshot(), [self.bystanders[name]], since, until,
+                                               host_before, "/soak-%s.service" % name):
+                    self.log("bystander %s: signal: %s" % (name, signal_trace.describe(e)))
         if any(t["failures"] for t in trials) or dead:
             trials[0].setdefault("output_tail", out[-6000:])
         return trials, dead
+
+
+def host_processes(marker):
+    """{host PID: {"named": [PID in its namespace, start time], "cgroup": CGROUP}} of the host's
+    processes in a cgroup containing `marker` (one lab node's)."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        seen = signal_trace.proc(int(name))
+        if seen and seen["cgroup"] and marker in seen["cgroup"] and seen["nspid"]:
+            out[int(name)] = {"named": [seen["nspid"][-1], seen["start"]], "cgroup": seen["cgroup"]}
+    return out
+
+
+def from_outside(events, node):
+    """Signals to a process of the node (its cgroup `node`, as read when the event was read)
+    sent by a process outside it: not the node's own processes (systemd, the role, the bench's
+    `lab exec`, which runs in the node) nor the node's own supervisor (its nspawn, which ends it
+    at `lab down`), or by one gone when the event was read (it cannot be placed: listed so that
+    it is looked at). The soak's shapes send none from outside."""
+    out = []
+    for e in events:
+        target = (e["target"].get("now") or {}).get("cgroup") or ""
+        sender = (e["sender"].get("now") or {}).get("cgroup") or ""
+        if node in target and node not in sender:
+            out.append(e)
+    return out
 
 
 def shlex_quote(text):
@@ -422,16 +496,27 @@ def shlex_quote(text):
     return shlex.quote(text)
 
 
-def soak(node, seed, n, budget, log=bl.log, dealt=False):
-    """Install the servers on `node` (up), run trials 0..n-1 of `seed` in batches of one trial per
-    slot (shapes dealt in turn or drawn: shape()); return (trials, bystander wrong kills
-    [(batch, names)], stopped_by_budget)."""
+def batches(n, only=None):
+    """The first trial of each batch to run: every batch of trials 0..n-1, or with `only` (trial
+    numbers) the batches that hold them."""
+    if only:
+        return sorted({k - k % len(SLOT_TP) for k in only})
+    return list(range(0, n, len(SLOT_TP)))
+
+
+def soak(node, seed, n, budget, log=bl.log, dealt=False, only=None, trace=None):
+    """Install the servers on `node` (up), run trials 0..n-1 of `seed` (or the batches holding
+    `only`) in batches of one trial per slot (shapes dealt in turn or drawn: shape()); return
+    (trials, bystander wrong kills [(batch, names)], stopped_by_budget)."""
     deadline = time.time() + budget
-    runner = Soak(node, seed, log)
+    runner = Soak(node, seed, log, trace)
     trials, kills = [], []
+    if only:
+        n = max(only) - max(only) % len(SLOT_TP) + len(SLOT_TP)     # the last batch whole
+    firsts = batches(n, only)
     try:
         runner.install()
-        for first in range(0, n, len(SLOT_TP)):
+        for first in firsts:
             if time.time() > deadline:
                 break
             specs = {}
@@ -449,12 +534,14 @@ def soak(node, seed, n, budget, log=bl.log, dealt=False):
                         t["seen"], "" if t.get("age_at_play_s") is None else ", age %s s" % t["age_at_play_s"],
                         "" if t["spec"]["shape"] != "paused" or not t.get("probe") else ", probes %s in %s s" % (
                             t["probe"]["statuses"], t["probe"]["seconds"]))))
+                for e in t.get("signals") or []:
+                    log("trial %d: signal: %s" % (t["spec"]["trial"], e["said"]))
             if dead:
                 log("batch %d: bystanders killed: %s" % (first // len(SLOT_TP), dead))
             trials.extend(done)
     finally:
         runner.teardown()
-    return trials, kills, len(trials) < n
+    return trials, kills, len(trials) < sum(min(n, first + len(SLOT_TP)) - first for first in firsts)
 
 
 def counts(trials, kills):
@@ -473,9 +560,23 @@ def main():
     parser.add_argument("--budget", type=float, default=3600, help="seconds for the whole run (default 3600)")
     parser.add_argument("--keep", action="store_true", help="leave the lab node up afterwards")
     parser.add_argument("--dealt", action="store_true", help="deal the shapes in turn instead of drawing them")
+    parser.add_argument("--only", help="trials K,... : run only the batches holding them (a replay)")
+    parser.add_argument("--trace-signals", action="store_true",
+                        help="record SIGTERM/SIGKILL senders on the host (tracefs) beside the results")
+    parser.add_argument("--out", default="server_soak.json", help="results file in bench/results (default server_soak.json)")
     args = parser.parse_args()
     if args.n < 1 or args.budget <= 0:
         parser.error("--n %r and --budget %r must be positive" % (args.n, args.budget))
+    only = None
+    if args.only is not None:
+        try:
+            only = sorted({int(k) for k in args.only.split(",")})
+        except ValueError:
+            parser.error("--only %r: trial numbers, comma-separated" % args.only)
+        if not only or only[0] < 0:
+            parser.error("--only %r: trial numbers from 0" % args.only)
+    if os.path.basename(args.out) != args.out or not args.out.endswith(".json"):
+        parser.error("--out %r: a file name ending in .json (written in bench/results)" % args.out)
     seed = args.seed if args.seed is not None else int(time.time()) % 100000
     for key, value in LAB_DEFAULTS.items():
         os.environ.setdefault(key, value)
@@ -483,10 +584,29 @@ def main():
                             text=True, check=False).stdout.strip()
     lab("up", "1", timeout=600)
     started = time.time()
-    bl.log("server soak: seed %d, %d trials, %d slots a batch, at %s" % (seed, args.n, len(SLOT_TP), commit))
+    bl.log("server soak: seed %d, %s, %d slots a batch, at %s" % (
+        seed, "trials %s (their batches)" % only if only else "%d trials" % args.n, len(SLOT_TP), commit))
+    trace, signals_path = None, None
+    if args.trace_signals:
+        os.makedirs(bl.RESULTS, exist_ok=True)
+        signals_path = os.path.join(bl.RESULTS, args.out[:-len(".json")] + ".signals.jsonl")
+        marker = "/gpuops%s-" % os.environ["LAB_ADDR_BASE"]
+        trace = signal_trace.SignalTrace(
+            "server-soak-%d" % os.getpid(), signals_path,
+            keep=lambda e: any(marker in ((p.get("now") or {}).get("cgroup") or "") for p in (e["sender"], e["target"]))
+            or e["target"].get("now") is None)
+        why = trace.start()
+        if why:
+            bl.log("no signal trace (the soak runs without it): %s" % why)
+            trace, signals_path = None, None
+        else:
+            bl.log("signal trace: SIGTERM/SIGKILL of %s* into %s" % (marker, signals_path))
     try:
-        trials, kills, stopped = soak("node1", seed, args.n, args.budget, dealt=args.dealt)
+        trials, kills, stopped = soak("node1", seed, args.n, args.budget, dealt=args.dealt, only=only, trace=trace)
     finally:
+        if trace:
+            if not trace.stop():
+                bl.log("the trace instance %s is still there: remove it by hand (rmdir)" % trace.instance)
         if not args.keep:
             lab("down")
     took = time.time() - started
@@ -496,12 +616,20 @@ def main():
     # A pause the probe met: its first /health probe got no 200, or took over a second.
     met = sum(1 for t in trials if t["spec"]["shape"] == "paused" and t.get("probe")
               and (t["probe"]["statuses"][:1] != [200] or t["probe"]["seconds"] > 1.0))
-    bl.log("seed %d: %d of %d trials in %.0f s%s; shapes %s" % (
-        seed, len(trials), args.n, took, " (budget ended it)" if stopped else "", dict(shapes)))
+    bl.log("seed %d: %d of %s trials in %.0f s%s; shapes %s" % (
+        seed, len(trials), "the %d batches'" % len(batches(args.n, only)) if only else args.n, took, " (budget ended it)" if stopped else "", dict(shapes)))
     bl.log("as first seen by the role: %s; pauses the probe met: %d" % (dict(seen), met))
     bl.log("counts: %s" % ", ".join("%s %d" % kv for kv in c.items()))
-    bl.write_json("server_soak.json", {"seed": seed, "commit": commit, "n": args.n, "seconds": round(took),
-                                       "counts": c, "bystander_kills": kills, "pauses_met": met, "trials": trials})
+    foreign = []
+    if trace:
+        foreign = from_outside(trace.snapshot(), "/gpuops%s-node1/" % os.environ["LAB_ADDR_BASE"])
+        bl.log("signal trace: %d events kept of %d seen; %d SIGTERM/SIGKILL into the node from outside it%s" % (
+            len(trace.snapshot()), trace.seen, len(foreign), "" if not foreign else ":"))
+        for e in foreign[:20]:
+            bl.log("  from outside: %s" % signal_trace.describe(e))
+    bl.write_json(args.out, {"seed": seed, "commit": commit, "n": args.n, "only": only, "seconds": round(took),
+                             "counts": c, "bystander_kills": kills, "pauses_met": met, "trials": trials,
+                             "signals": signals_path, "signals_from_outside": foreign})
     return 1 if any(v for k, v in c.items() if k != "infra") else 0
 
 

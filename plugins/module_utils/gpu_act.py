@@ -1,11 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuops.reclaim contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Act: the only code that changes the host: signals, unit stops, GPU resets.
+"""Act: the only code that changes the host, through three verbs: run a command (an owner's
+stop: the argv of a gpu_lever.Lever; a reset step), signal a holder, wait (poll) for what the
+caller judges.
 
-The ladder (gpu_flow) says what to do through an actor: HostActor does it, RecordingActor
-(check mode) only records what it would do; both answer with the same Action objects, so
-check mode runs the very sequence a real run does.
+The ladder (gpu_flow), the owner families (gpu_family_*) and adoption (gpu_adopt) say what to
+do through an actor: HostActor does it, RecordingActor (check mode) only records what it would
+do; both answer with the same results, so check mode runs the very sequence a real run does.
+Nothing here judges an outcome (a unit down, a program staying down): the family that pulled
+the lever does, from the command's rc and output and from what it polls.
 
 Every signal goes to a process re-identified by (PID, start time) at the moment of sending,
 through a pidfd where the kernel offers one, so a PID reused since detection is never hit.
@@ -22,18 +26,13 @@ import subprocess
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
-from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import (
-    ProcessGone, read_identity, supervisor_status, user_manager_call)
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import ProcessGone, read_identity
 
 # A signal's outcome (gpu_lever's step codes).
 SENT, GONE, REUSED = gpu_lever.SENT, gpu_lever.GONE, gpu_lever.REUSED
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGKILL: 'SIGKILL', signal.SIGCONT: 'SIGCONT',
                 signal.SIGSTOP: 'SIGSTOP'}
-# Every command this module runs is bounded; systemctl answers in milliseconds when healthy.
-SYSTEMCTL_TIMEOUT_S = 30
 
 
 class Action(object):
@@ -167,11 +166,13 @@ def is_alive(pid, start_time):
 # The longest pause between two polls of what costs a /proc read or a driver query (a holder's
 # exit, the GPU's memory): the driver tears contexts down one after another, about 70 ms each
 # (24 SIGKILLed contexts of 1 GiB freed in 1.66 s on one H200, FIELD_NOTES), so a pause of 0.25 s
-# saw a release up to three contexts' time late. A command (systemctl show) keeps 0.25 s.
+# saw a release up to three contexts' time late. A command (systemctl is-active, a supervisor's
+# status) keeps COMMAND_POLL_S.
 FAST_POLL_S = 0.05
+COMMAND_POLL_S = 0.25
 
 
-def wait_for(predicate, timeout, clock=time.monotonic, first_interval=0.02, max_interval=0.25):
+def wait_for(predicate, timeout, clock=time.monotonic, first_interval=0.02, max_interval=COMMAND_POLL_S):
     """Poll `predicate` with a growing interval until it returns truthy or `timeout` passes.
 
     Returns (value, waited_s). Polling, not sleeping a guessed time: the result is known as
@@ -201,22 +202,6 @@ def run_command(argv, timeout, **keywords):
     return out.returncode, out.stdout.strip()
 
 
-def _unit_inactive(unit, manager=gpu_owner.SYSTEM_MANAGER, keywords=None):
-    """`manager`: whose manager (gpu_lever.UNITS' row); `keywords` run systemctl as that user."""
-    code, state = run_command(gpu_lever.unit_argv(manager, 'is_active', unit), timeout=SYSTEMCTL_TIMEOUT_S,
-                              **(keywords or {}))
-    return state in ('inactive', 'failed', 'unknown') or (code != 0 and state not in ('deactivating', 'active'))
-
-
-def _as_user(supervisor):
-    """subprocess keywords that run a user's supervisor CLI (pm2) as that user, with its home."""
-    import pwd
-    entry = pwd.getpwuid(supervisor['uid'])
-    return {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'cwd': '/',
-            'env': {'HOME': entry.pw_dir, 'PM2_HOME': supervisor.get('home') or entry.pw_dir + '/.pm2',
-                    'PATH': os.environ.get('PATH', '/usr/bin:/bin')}}
-
-
 class HostActor(object):
     """Acts on the host and says what happened."""
 
@@ -227,109 +212,6 @@ class HostActor(object):
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
-
-    def stop_unit(self, unit, timeout):
-        """Stop a systemd unit so that Restart= cannot bring its processes back.
-
-        `--no-block` queues the stop; the state is then polled, bounded by `timeout`, instead
-        of blocking for the unit's own TimeoutStopSec (90 s by default).
-        """
-        rc, out = run_command(gpu_lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'stop', unit), timeout=SYSTEMCTL_TIMEOUT_S)
-        if rc != 0:
-            return say.step(gpu_lever.STOP_FAILED, output=out), False
-        done, waited = wait_for(lambda: _unit_inactive(unit), timeout, clock=self.clock)
-        if done:
-            return say.step(gpu_lever.UNIT_STOPPED, waited=waited), True
-        return say.step(gpu_lever.UNIT_STOPPING, timeout=timeout), True
-
-    def stop_user_unit(self, uid, unit, timeout):
-        """Stop a unit of user `uid`'s own manager, as that user (`systemctl --user stop`, her
-        manager's private socket: gpu_observe.user_manager_call), polled like stop_unit."""
-        call = user_manager_call(uid)
-        if call is None:
-            return say.step(gpu_lever.MANAGER_NOT_RUNNING, uid=uid), False
-        rc, out = run_command(gpu_lever.unit_argv(gpu_owner.USER_MANAGER, 'stop', unit),
-                              timeout=SYSTEMCTL_TIMEOUT_S, **call[1])
-        if rc != 0:
-            return say.step(gpu_lever.STOP_FAILED, output=out), False
-        done, waited = wait_for(lambda: _unit_inactive(unit, gpu_owner.USER_MANAGER, call[1]), timeout,
-                                clock=self.clock)
-        if done:
-            return say.step(gpu_lever.UNIT_STOPPED, waited=waited, uid=uid), True
-        return say.step(gpu_lever.UNIT_STOPPING, timeout=timeout), True
-
-    def stop_supervised(self, owner, holders, grace, status_timeout):
-        """Stop one program through its own supervisor (gpu_supervisor's row: `supervisorctl
-        stop`, `sv force-stop`, `s6-svc -d`, `pm2 stop`, pm2's as its user), then poll the
-        supervisor's status until it says the program is down by request and the holders are
-        gone (bounded by grace + 30 s), then for STAY_DOWN_S more that nothing starts it again.
-        Returns (result, changed, error): error {'code', 'text'} (gpu_supervisor's codes) when it
-        failed or the program came back; nothing is signalled from here."""
-        sup = owner['supervisor']
-        row = supervisors.SUPERVISORS[owner['runtime']]
-        as_user = _as_user(sup) if row['as_user'] else {}
-        stop = supervisors.argv(owner['runtime'], 'stop', sup, owner['id'], grace)
-        bound = grace + 30
-        rc, out = run_command(stop, timeout=bound, **as_user)
-        said = ' '.join(stop)
-        if rc in (124, 127):
-            code = supervisors.CLI_TIMEOUT if rc == 124 else supervisors.CLI_MISSING
-            return (say.step(gpu_lever.STOP_FAILED, output=out), False, {'code': code, 'text': say.cli_said(stop, out)})
-        if rc != 0 and row['kill']:
-            run_command(supervisors.argv(owner['runtime'], 'kill', sup, owner['id']), timeout=bound, **as_user)
-        state = {}
-
-        def read():
-            code, text = supervisor_status(supervisors.argv(owner['runtime'], 'status', sup, owner['id']),
-                                           status_timeout, sup['uid'] if row['as_user'] else None, sup.get('home'))
-            entries = supervisors.parse_status(row['parse'], text) if code in ('ok',) or code.startswith('rc=') else None
-            state['error'] = None if entries is not None else {
-                'code': code if code in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT) else supervisors.CLI_FAILED,
-                'text': say.status_after_stop(text)}
-            state['entries'] = entries
-            return entries
-
-        def down():
-            # The program down by its supervisor's word: a holder below it that outlives it (a
-            # launcher's child) is an orphan the supervisor no longer restarts, for the signals.
-            entries = read()
-            return state['error'] is not None or supervisors.is_down(owner['runtime'], entries, owner['id'])
-
-        _done, waited = wait_for(down, bound, clock=self.clock)
-        if state.get('error'):
-            return say.step(gpu_lever.STOP_FAILED, output=state['error']['text']), rc == 0, state['error']
-        if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']):
-            text = say.not_down(stop, rc, out, bound)
-            return say.step(gpu_lever.STOP_FAILED, output=text), rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
-        # Stays down: its supervisor's word (down by request) is checked against what it does.
-        back, watched = wait_for(lambda: read() is None or supervisors.running_pid(
-            owner['runtime'], state['entries'], owner['id']), supervisors.STAY_DOWN_S, clock=self.clock)
-        if back:
-            pid = supervisors.running_pid(owner['runtime'], state.get('entries'), owner['id'])
-            text = (say.program_back(pid, watched) if pid
-                    else (state.get('error') or {}).get('text', say.STATUS_FAILED))
-            return say.step(gpu_lever.STOP_FAILED, output=text), True, {
-                'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED, 'text': text}
-        left = self.alive(holders)
-        return (say.step(gpu_lever.SUPERVISED_STOPPED, waited=waited, command=said, watched=watched,
-                         left=[h.pid for h in left]), True, None)
-
-    @staticmethod
-    def start_scope(scope, pids, stop_timeout, description):
-        """Move `pids` into a new transient scope unit `scope` (systemd's StartTransientUnit,
-        through busctl: systemctl cannot make a scope of running processes), so that stopping
-        it ends them the way a unit's stop does: SIGTERM to every member, SIGKILL after
-        `stop_timeout` seconds (TimeoutStopUSec). systemd takes numbers here, not pidfds: the
-        caller verifies afterwards who the scope holds."""
-        argv = (['busctl', 'call', 'org.freedesktop.systemd1', '/org/freedesktop/systemd1',
-                 'org.freedesktop.systemd1.Manager', 'StartTransientUnit', 'ssa(sv)a(sa(sv))', scope, 'fail', '3',
-                 'Description', 's', description,
-                 'TimeoutStopUSec', 't', '%d' % int(stop_timeout * 1000000),
-                 'PIDs', 'au', '%d' % len(pids)] + ['%d' % pid for pid in pids] + ['0'])
-        rc, out = run_command(argv, timeout=SYSTEMCTL_TIMEOUT_S)
-        if rc == 0:
-            return say.step(gpu_lever.SCOPE_STARTED), True
-        return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
 
     @staticmethod
     def signal(holder, signum, never):
@@ -393,15 +275,21 @@ class HostActor(object):
         wait_for(all_gone, timeout, clock=self.clock, max_interval=FAST_POLL_S)
         return gone_at
 
-    def wait_until(self, predicate, timeout):
-        return wait_for(predicate, timeout, clock=self.clock, max_interval=FAST_POLL_S)
+    def wait_until(self, predicate, timeout, max_interval=FAST_POLL_S):
+        """(value, waited_s): `predicate` polled until truthy or `timeout` passes (wait_for);
+        COMMAND_POLL_S between polls that run a command."""
+        return wait_for(predicate, timeout, clock=self.clock, max_interval=max_interval)
 
     @staticmethod
-    def run(argv, timeout):
-        """(result, changed) of one command that changes the host (a reset step)."""
-        rc, out = run_command(argv, timeout)
+    def run(argv, timeout, as_user=None, ends=()):
+        """(result, changed) of one command that changes the host: a family's Lever's argv, a
+        reset step, adoption's scope. `as_user`: subprocess keywords that run it as a user
+        (gpu_observe.user_manager_call's or as_user's); `ends`: the holders it ends when it
+        succeeds (check mode counts them ended). The result's `facts` carry `rc` and `output`
+        for the caller to judge; changed means rc 0."""
+        rc, out = run_command(argv, timeout, **(as_user or {}))
         if rc == 0:
-            return say.step(gpu_lever.COMMAND_OK), True
+            return say.step(gpu_lever.COMMAND_OK, rc=rc, output=out), True
         return say.step(gpu_lever.COMMAND_FAILED, rc=rc, output=out), False
 
     @staticmethod
@@ -426,19 +314,6 @@ class RecordingActor(object):
         self.clock = clock
         self.ended = set()        # (pid, start_time) a real run would have ended
         self._termed = set()       # (pid, start_time) it would have sent SIGTERM
-
-    @staticmethod
-    def stop_unit(unit, timeout):
-        return say.step(gpu_lever.WOULD_STOP_UNIT, timeout=timeout), True
-
-    @staticmethod
-    def stop_user_unit(uid, unit, timeout):
-        return say.step(gpu_lever.WOULD_STOP_UNIT, timeout=timeout, uid=uid), True
-
-    def stop_supervised(self, owner, holders, grace, status_timeout):
-        self.ended.update((h.pid, h.start_time) for h in holders)
-        return say.step(gpu_lever.WOULD_STOP_SUPERVISED, argv=supervisors.argv(
-            owner['runtime'], 'stop', owner['supervisor'], owner['id'], grace)), True, None
 
     def signal(self, holder, signum, never):
         key = (holder.pid, holder.start_time)
@@ -465,11 +340,12 @@ class RecordingActor(object):
         return dict((h.pid, now) for h in holders if (h.pid, h.start_time) in self.ended)
 
     @staticmethod
-    def wait_until(predicate, timeout):
+    def wait_until(predicate, timeout, max_interval=FAST_POLL_S):
         return False, 0.0
 
-    @staticmethod
-    def run(argv, timeout):
+    def run(self, argv, timeout, as_user=None, ends=()):
+        """Records the command; what it would end counts as ended from then on."""
+        self.ended.update((h.pid, h.start_time) for h in ends)
         return say.step(gpu_lever.WOULD_RUN, argv=argv), True
 
     @staticmethod

@@ -23,8 +23,12 @@ login session, a transient scope, or no unit. A process of a system service, a c
 pod, a guest or a cgroup a user named is left to that owner and named; so are PID 0 and 1, a
 kernel thread and this module's own tree.
 
-Observation through gpu_observe, the host changed only through the actor (gpu_act.HostActor);
-`refusal` and `strangers` are pure, and `sentence` is the one place their codes become text.
+Observation through gpu_observe, the host changed only through the actor (gpu_act.HostActor):
+the scope is made by running `scope_argv` (systemd's StartTransientUnit, through busctl), and
+stopped the way the unit families stop a unit (gpu_family.stop_unit: `systemctl stop`, then
+is-active polled). Making a scope of running processes is adoption's own lever (no
+owner family makes one), so its argv is built here. `refusal`, `strangers` and `scope_argv` are
+pure, and `sentence` is the one place their codes become text.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -36,6 +40,9 @@ import signal
 import time
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act, gpu_lever, gpu_observe, gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family
+# gpu_owner reads a cgroup with the families' recognisers, which gpu_families hands it on import.
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 # Why a process is not adopted (codes; sentences in `sentence`).
@@ -94,6 +101,19 @@ def strangers(chains, planned):
     one. `chains` maps each member PID to its ancestry [(pid, start_time)], itself first;
     `planned` is the set of (pid, start_time) moved."""
     return sorted(pid for pid, chain in chains.items() if not any(link in planned for link in chain))
+
+
+def scope_argv(scope, pids, stop_timeout, description):
+    """The command that moves `pids` into a new transient scope unit `scope` (systemd's
+    StartTransientUnit, through busctl: systemctl cannot make a scope of running processes), so
+    that stopping it ends them the way a unit's stop does: SIGTERM to every member, SIGKILL
+    after `stop_timeout` seconds (TimeoutStopUSec). systemd takes numbers here, not pidfds: the
+    caller verifies afterwards who the scope holds."""
+    return (['busctl', 'call', 'org.freedesktop.systemd1', '/org/freedesktop/systemd1',
+             'org.freedesktop.systemd1.Manager', 'StartTransientUnit', 'ssa(sv)a(sa(sv))', scope, 'fail', '3',
+             'Description', 's', description,
+             'TimeoutStopUSec', 't', '%d' % int(stop_timeout * 1000000),
+             'PIDs', 'au', '%d' % len(pids)] + ['%d' % pid for pid in pids] + ['0'])
 
 
 def sentence(code, pid, owner=None):
@@ -204,8 +224,11 @@ class Adoption(object):
         scope = '%s-%d.scope' % (self.stem, int(time.time()))
         self.out['scope'] = scope
         at = self._at()
-        result, changed = self.actor.start_scope(scope, sorted(self.planned), self.stop_timeout,
-                                                 'adopted by gpuops.reclaim: ' + self.stem)
+        result, changed = self.actor.run(scope_argv(scope, sorted(self.planned), self.stop_timeout,
+                                                    'adopted by gpuops.reclaim: ' + self.stem),
+                                         gpu_family.SYSTEMCTL_TIMEOUT_S)
+        if changed:
+            result = say.step(gpu_lever.SCOPE_STARTED)
         self._record('start_scope', scope, result, changed, at, round(self._at() - at, 3),
                      pids=sorted(self.planned))
         if not changed:
@@ -254,13 +277,12 @@ class Adoption(object):
                 self.out['stopped'] = True
                 return
         at = self._at()
-        result, changed = self.actor.stop_unit(scope, self.stop_timeout + 30)
+        result, _changed = gpu_family.stop_unit(self.actor, gpu_lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'stop', scope),
+                                                gpu_owner.SYSTEM_MANAGER, scope, self.stop_timeout + 30)
         self._record('stop_scope', scope, result, True, at, round(self._at() - at, 3))
-        # The stop's code (gpu_act's result is a gpu_say.Said), never its words: an actor that
-        # answers in plain text (a test double) says only whether it stopped the scope.
-        code = getattr(result, 'code', gpu_lever.UNIT_STOPPED if changed else gpu_lever.STOP_FAILED)
-        # A scope whose last member died meanwhile is gone before the stop: stopped all the same.
-        self.out['stopped'] = code == gpu_lever.UNIT_STOPPED or not self._alive()
+        # The stop's code (a gpu_say.Said), never its words. A scope whose last member died
+        # meanwhile is gone before the stop: stopped all the same.
+        self.out['stopped'] = result.code == gpu_lever.UNIT_STOPPED or not self._alive()
         if not self.out['stopped']:
             self._fail(gpu_lever.ADOPT_STOP_FAILED, scope=scope, result=result)
 

@@ -17,6 +17,8 @@ import re
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_holder
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+# gpu_owner reads a cgroup with the families' recognisers, which gpu_families hands it on import.
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say

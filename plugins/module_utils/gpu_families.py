@@ -8,6 +8,10 @@ The order is the ladder's: a container first (its init is reachable no other way
 restart policy brings back whatever is killed inside), then a supervisor's program (its
 autorestart does the same), then, on the pass's targets right before their signals, the system
 manager's units and then users' own; a guest's and a pod's levers are a person's.
+
+The families' cgroup recognisers (a runtime's, a guest's, a pod's layout) are handed to
+gpu_owner from here (its RECOGNISERS), so gpu_owner imports no family and knows only systemd's
+generic layout.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -43,6 +47,16 @@ def of(owner):
     return None
 
 
+def _hand_recognisers():
+    """gpu_owner's recognisers: each family's own (gpu_family.Family.recognise), once, in ladder
+    order (their layouts do not overlap: the order only puts a registered family's first)."""
+    found = []
+    for family in LADDER:
+        if family.recognise is not gpu_family.Family.recognise and family.recognise not in found:
+            found.append(family.recognise)
+    gpu_owner.RECOGNISERS[:] = found
+
+
 def register(family, before):
     """Add `family` to the ladder before the family named `before`; its runtime row (if any)
     joins gpu_lever.RUNTIMES and its recogniser gpu_owner's. Undone by unregister."""
@@ -50,13 +64,16 @@ def register(family, before):
     LADDER.insert(index, family)
     if family.row:
         gpu_lever.RUNTIMES[family.runtime] = family.row
-    if family.recognise is not gpu_family.Family.recognise:
-        gpu_owner.RECOGNISERS.append(family.recognise)
+    _hand_recognisers()
 
 
 def unregister(family):
     LADDER.remove(family)
     if family.row:
         gpu_lever.RUNTIMES.pop(family.runtime, None)
-    if family.recognise in gpu_owner.RECOGNISERS:
-        gpu_owner.RECOGNISERS.remove(family.recognise)
+    _hand_recognisers()
+
+
+# Every module that reads an owner from a cgroup imports this one (gpu_decide, gpu_adopt,
+# gpu_listen): gpu_owner refuses to read one before the families' layouts are handed to it.
+_hand_recognisers()

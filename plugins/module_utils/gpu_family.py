@@ -7,9 +7,10 @@
 A family (a system unit, a user's unit, a container runtime, a process supervisor, a guest, a
 pod) answers six questions:
 
-- recognise: which owner a process has, from its cgroup path's parts (`recognise`, consulted by
-  gpu_owner.owner_from_path before its built-in layouts) or from its ancestry (`recognise_all`,
-  after the cgroups and before any holder is built: a supervisor);
+- recognise: which owner a process has, from its cgroup path's parts (`recognise`: gpu_families
+  hands each family's to gpu_owner.owner_from_path, which knows only systemd's generic layout)
+  or from its ancestry (`recognise_all`, after the cgroups and before any holder is built: a
+  supervisor);
 - facts: what the owner's manager or CLI says about it, read bounded (`facts_key`, `facts`);
 - lever: the holder's gpu_lever.Lever, or its refusal code (through gpu_trust);
 - pull: the lever pulled through the actor (gpu_act), the outcome judged;
@@ -26,8 +27,10 @@ __metaclass__ = type
 
 import collections
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 # When the Ladder pulls a family's lever (Family.stage).
 OWNERS = 'owners'      # each pass, before the targets are planned; a new survey follows
@@ -35,8 +38,12 @@ UNITS = 'units'        # on the pass's targets, right before their signals
 BY_HAND = 'by_hand'    # never from here: the lever is a person's (gpu_lever.by_hand)
 
 # What a family's lever is planned with, for one pass: `match` (gpu_patterns), the units and
-# containers never stopped, the vendor's units (gpu_backend), the stop's grace in seconds.
-Context = collections.namedtuple('Context', 'match protected_units protected_ids vendor_units grace')
+# containers never stopped, the vendor's units (gpu_backend), the stop's grace in seconds, and
+# the rule naming a unit never stopped (gpu_decide.protected_unit, given by the Ladder).
+Context = collections.namedtuple('Context', 'match protected_units protected_ids vendor_units grace is_protected')
+Context.__new__.__defaults__ = (None,)
+# Every command this module runs is bounded; systemctl answers in milliseconds when healthy.
+SYSTEMCTL_TIMEOUT_S = 30
 
 
 class Family(object):
@@ -118,3 +125,49 @@ class RuntimeOwned(Family):
     @staticmethod
     def facts(owner, timeout):
         return observe.runtime_details(owner, timeout)
+
+
+def unit_down(rc, state):
+    """Whether `systemctl is-active`'s (rc, output) says the unit is down: inactive, failed or
+    unknown, or any answer but (de)activating or active from a failed call."""
+    return state in ('inactive', 'failed', 'unknown') or (rc != 0 and state not in ('deactivating', 'active'))
+
+
+def stop_unit(actor, argv, manager, unit, timeout, keywords=None, **facts):
+    """(result, changed) of a unit's stop on `manager` (gpu_owner.SYSTEM_MANAGER or
+    USER_MANAGER): `argv` (the Lever's: `systemctl stop --no-block` queues the stop) run through
+    `actor`, then the unit's is-active polled through the actor's wait, bounded by `timeout`,
+    instead of blocking for the unit's own TimeoutStopSec (90 s by default). `keywords` run both
+    as a user (gpu_observe.user_manager_call's); `facts` (uid) go into the result. The unit
+    families' pull, and the stop of gpu_adopt's scope."""
+    result, changed = actor.run(argv, SYSTEMCTL_TIMEOUT_S, as_user=keywords)
+    if actor.recording:
+        return say.step(lever.WOULD_STOP_UNIT, timeout=timeout, **facts), True
+    if not changed:
+        return say.step(lever.STOP_FAILED, output=result.facts.get('output')), False
+    is_active = lever.unit_argv(manager, 'is_active', unit)
+    done, waited = actor.wait_until(lambda: unit_down(*observe.unit_state(is_active, SYSTEMCTL_TIMEOUT_S, keywords)),
+                                    timeout, max_interval=act.COMMAND_POLL_S)
+    if done:
+        return say.step(lever.UNIT_STOPPED, waited=waited, **facts), True
+    return say.step(lever.UNIT_STOPPING, timeout=timeout), True
+
+
+class UnitOwned(Family):
+    """A family whose owner is a service of a systemd manager (`manager`: the system's, or a
+    user's own): its lever is the manager's stop, pulled on the pass's targets right before their
+    signals (stop_unit); a stopped unit is remembered (gpu_respawn.Comebacks.units)."""
+
+    manager = None       # gpu_owner.SYSTEM_MANAGER or USER_MANAGER: its gpu_lever.UNITS row
+    stage = UNITS
+    option = 'stop_units'
+    ends_holders = True
+
+    @staticmethod
+    def candidate(holder, selected):
+        return True    # planned over the pass's targets, which are on the selected GPUs
+
+    @staticmethod
+    def comeback(chosen, changed, watch):
+        if changed:
+            watch.units.add(chosen.key)

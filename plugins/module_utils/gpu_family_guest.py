@@ -4,7 +4,8 @@
 """The guest family (gpu_family): an LXC, Proxmox or systemd-nspawn guest, a whole operating
 system with its own init and services.
 
-- recognise: gpu_owner (lxc.payload.NAME, lxc/NAME, machine-NAME.scope, payload);
+- recognise: its cgroup layouts (`recognise`: lxc.payload.NAME, lxc/NAME, machine-NAME.scope,
+  systemd-nspawn@NAME.service, payload);
 - facts: the runtime's own CLI where it has one (`pct config`; gpu_observe.runtime_details);
 - lever: none from here: a person stops the unit inside the guest, or the guest
   (gpu_lever.by_hand: STOP_GUEST_UNIT, STOP_BY_HAND); the ladder signals its holders;
@@ -17,11 +18,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
+
+_LXC_PAYLOAD = re.compile(r'^lxc\.payload[.-](.+)$')
+_NSPAWN_SCOPE = re.compile(r'^machine-(.+)\.scope$')
+_NSPAWN_SERVICE = re.compile(r'^systemd-nspawn@(.+)\.service$')
 
 # How long the ladder watches for a guest's systemd to restart what it killed from the host:
 # systemd's default RestartSec is 100 ms; the rest covers a slow start of the new process.
@@ -33,6 +40,32 @@ class Guest(family.RuntimeOwned):
     name = 'guest'
     kinds = (gpu_owner.GUEST,)
 
+    @staticmethod
+    def recognise(parts, index, path):
+        part = parts[index]
+        # What lies below the guest's cgroup is the guest's own (its root names it): read in full.
+        rest = gpu_owner.path_parts(path)[index + 1:]
+        found = _LXC_PAYLOAD.match(part)
+        if found:
+            return _lxc_guest(found.group(1), rest, path)
+        if part in ('lxc', 'lxc.payload') and rest:
+            return _lxc_guest(rest[0], rest[1:], path)
+        found = _NSPAWN_SCOPE.match(part) or _NSPAWN_SERVICE.match(part)
+        if found and not part.startswith('machine-qemu'):
+            inner = rest[1:] if rest[:1] == ['payload'] else rest
+            return gpu_owner.new_owner(gpu_owner.GUEST, path, runtime='systemd-nspawn',
+                                       id=_unescape_systemd(found.group(1)), unit=part,
+                                       manager=gpu_owner.SYSTEM_MANAGER, guest_unit=gpu_owner.inner_unit(inner))
+        if part == 'payload':
+            # systemd-nspawn --keep-unit splits the cgroup it was started in into "payload" (the
+            # guest's tree) and "supervisor" (itself): below the root when started outside any
+            # unit, below a session scope or a service on a systemd host, below whatever cgroup
+            # its starter made for it. A guest without a name this host could look up; the units
+            # above it are this host's, the ones below it the guest's (never stopped from here).
+            return gpu_owner.new_owner(gpu_owner.GUEST, path, runtime='systemd-nspawn',
+                                       guest_unit=gpu_owner.inner_unit(rest))
+        return None
+
     def lever(self, holder, context):
         return lever.by_hand(holder) or lever.lever(lever.STOP_BY_HAND, refusal=lever.NO_STOP)
 
@@ -43,6 +76,24 @@ class Guest(family.RuntimeOwned):
 
 
 FAMILY = Guest()
+
+
+def _lxc_guest(name, rest, path):
+    # Proxmox names a guest by its numeric VMID and puts the guest's own tree in "ns"
+    # (lxc.cgroup.dir.container.inner); plain LXC and LXD/Incus use the container name.
+    inner = rest[1:] if rest[:1] == ['ns'] else rest
+    runtime = 'proxmox' if name.isdigit() else 'lxc'
+    return gpu_owner.new_owner(gpu_owner.GUEST, path, runtime=runtime, id=name, name=None if name.isdigit() else name,
+                               guest_unit=gpu_owner.inner_unit(inner))
+
+
+def _unescape_systemd(text):
+    """machine-<name>.scope escapes '-' in the name as \\x2d. Only printable ASCII is
+    unescaped: \\x0a or \\x1b stays as written, never a control character."""
+    def unescape(found):
+        code = int(found.group(1), 16)
+        return chr(code) if 0x20 < code < 0x7f else found.group(0)
+    return re.sub(r'\\x([0-9a-f]{2})', unescape, text)
 
 
 def claimed(survey, units):

@@ -11,8 +11,10 @@ rows).
 - facts: the supervisor's own status, asked once per supervisor and survey while it answers (a
   CLI that is missing or hangs is not asked again this run);
 - lever: the supervisor's stop of that one program (gpu_lever.supervised_lever);
-- pull: the actor's stop_supervised (the stop, then the status polled down and staying down); a
-  failure is kept on the surveyor, so the holder is named with it, never signalled;
+- pull: the Lever's stop (gpu_supervisor's row) through the actor, as the user for pm2, then the
+  status polled through the actor's wait until it reads down and for STAY_DOWN_S that it stays
+  down (`stop`); a failure is kept on the surveyor, so the holder is named with it, never
+  signalled;
 - comeback: the supervisor's autorestart, read in its status for STAY_DOWN_S after the stop;
   each program is stopped once a run (gpu_respawn.Comebacks.supervised).
 """
@@ -23,6 +25,7 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
@@ -43,15 +46,14 @@ class Supervisor(family.Family):
     ends_holders = True
 
     def lever(self, holder, context):
-        return lever.supervised_lever(holder, context.match)
+        return lever.supervised_lever(holder, context.match, grace=context.grace)
 
     @staticmethod
     def owned(chosen, planned):
         return [h for h, _one in planned if supervisors.key(h.owner) == chosen.key]
 
     def pull(self, chosen, owned, ladder):
-        result, changed, error = ladder.actor.stop_supervised(chosen.owner, owned, ladder.grace(),
-                                                              ladder.surveyor.nvml_timeout)
+        result, changed, error = stop(ladder.actor, chosen, owned, ladder.grace(), ladder.surveyor.nvml_timeout)
         if error:
             ladder.surveyor.supervisor_errors[chosen.key] = error
         return result, changed
@@ -107,6 +109,69 @@ class Supervisor(family.Family):
                 surveyor.supervisor_units.add(owner['unit'])
             programs[one.pid] = _program_owner(owner, found, timeout, surveyor)
         return programs
+
+
+def stop(actor, chosen, holders, grace, status_timeout):
+    """Stop one program through its own supervisor: the Lever's argv (`supervisorctl stop`, `sv
+    force-stop`, `s6-svc -d`, `pm2 stop`, pm2's as its user) through `actor`, then the
+    supervisor's status polled until it says the program is down by request (bounded by grace +
+    30 s), then for STAY_DOWN_S more that nothing starts it again. Returns (result, changed,
+    error): error {'code', 'text'} (gpu_supervisor's codes) when it failed or the program came
+    back; nothing is signalled from here."""
+    owner = chosen.owner
+    sup = owner['supervisor']
+    row = supervisors.SUPERVISORS[owner['runtime']]
+    as_user = observe.as_user(sup['uid'], sup.get('home')) if row['as_user'] else None
+    bound = grace + 30
+    if row['as_user'] and as_user is None and not actor.recording:
+        # Her supervisor's CLI runs as her, never as root: no such user, no stop.
+        text = say.cli_no_user(sup['uid'])
+        return say.step(lever.STOP_FAILED, output=text), False, {'code': supervisors.CLI_FAILED, 'text': text}
+    result, _ran = actor.run(chosen.argv, bound, as_user=as_user, ends=holders)
+    if actor.recording:
+        return say.step(lever.WOULD_STOP_SUPERVISED, argv=chosen.argv), True, None
+    rc, out = result.facts.get('rc'), result.facts.get('output')
+    if rc in (124, 127):
+        code = supervisors.CLI_TIMEOUT if rc == 124 else supervisors.CLI_MISSING
+        return say.step(lever.STOP_FAILED, output=out), False, {'code': code, 'text': say.cli_said(chosen.argv, out)}
+    if rc != 0 and row['kill']:
+        actor.run(supervisors.argv(owner['runtime'], 'kill', sup, owner['id']), bound, as_user=as_user)
+    state = {}
+
+    def read():
+        code, text = observe.supervisor_status(supervisors.argv(owner['runtime'], 'status', sup, owner['id']),
+                                               status_timeout, sup['uid'] if row['as_user'] else None, sup.get('home'))
+        entries = supervisors.parse_status(row['parse'], text) if code in ('ok',) or code.startswith('rc=') else None
+        state['error'] = None if entries is not None else {
+            'code': code if code in (supervisors.CLI_MISSING, supervisors.CLI_TIMEOUT) else supervisors.CLI_FAILED,
+            'text': say.status_after_stop(text)}
+        state['entries'] = entries
+        return entries
+
+    def down():
+        # The program down by its supervisor's word: a holder below it that outlives it (a
+        # launcher's child) is an orphan the supervisor no longer restarts, for the signals.
+        entries = read()
+        return state['error'] is not None or supervisors.is_down(owner['runtime'], entries, owner['id'])
+
+    _done, waited = actor.wait_until(down, bound, max_interval=act.COMMAND_POLL_S)
+    if state.get('error'):
+        return say.step(lever.STOP_FAILED, output=state['error']['text']), rc == 0, state['error']
+    if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']):
+        text = say.not_down(chosen.argv, rc, out, bound)
+        return say.step(lever.STOP_FAILED, output=text), rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
+    # Stays down: its supervisor's word (down by request) is checked against what it does.
+    back, watched = actor.wait_until(lambda: read() is None or supervisors.running_pid(
+        owner['runtime'], state['entries'], owner['id']), supervisors.STAY_DOWN_S, max_interval=act.COMMAND_POLL_S)
+    if back:
+        pid = supervisors.running_pid(owner['runtime'], state.get('entries'), owner['id'])
+        text = (say.program_back(pid, watched) if pid
+                else (state.get('error') or {}).get('text', say.STATUS_FAILED))
+        return say.step(lever.STOP_FAILED, output=text), True, {
+            'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED, 'text': text}
+    left = actor.alive(holders)
+    return (say.step(lever.SUPERVISED_STOPPED, waited=waited, command=' '.join(chosen.argv), watched=watched,
+                     left=[h.pid for h in left]), True, None)
 
 
 def _program_owner(owner, found, timeout, surveyor):

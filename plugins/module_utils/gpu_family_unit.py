@@ -3,12 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The system unit family (gpu_family): a service of the system's systemd manager.
 
-- recognise: gpu_owner (the innermost service root named);
+- recognise: gpu_owner's generic systemd layout (the innermost service root named);
 - facts: `systemctl show` (gpu_observe.unit_restart_policy: Restart=, ActiveState, ControlGroup),
   read anew at every survey (a stopped unit must show as stopped);
 - lever: `systemctl stop` (gpu_lever.unit_lever), only where root named the cgroup and systemd
   confirmed the unit (gpu_trust.STOP_UNIT), never a protected unit;
-- pull: the actor's stop_unit (queued, then is-active polled, bounded by the grace);
+- pull: the Lever's `systemctl stop --no-block` through the actor, then is-active polled through
+  the actor's wait, bounded by the grace (gpu_family.stop_unit);
 - comeback: a stopped unit's Restart= brings nothing back; it is remembered
   (gpu_respawn.Comebacks.units).
 """
@@ -17,21 +18,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 
 
-class SystemUnit(family.Family):
+class SystemUnit(family.UnitOwned):
 
     name = 'system_unit'
     kinds = (gpu_owner.SERVICE,)
-    stage = family.UNITS
-    option = 'stop_units'
-    ends_holders = True
     store = 'units'
+    manager = gpu_owner.SYSTEM_MANAGER
 
     def owns(self, owner):
         return owner.get('manager') == gpu_owner.SYSTEM_MANAGER and (owner.get('unit') or '').endswith('.service')
@@ -43,21 +41,12 @@ class SystemUnit(family.Family):
     def facts(owner, timeout):
         return observe.unit_restart_policy(owner['unit'])
 
-    @staticmethod
-    def candidate(holder, selected):
-        return True    # planned over the pass's targets, which are on the selected GPUs
-
     def lever(self, holder, context):
         return lever.unit_lever(holder, context.protected_units, context.vendor_units,
-                                is_protected=decide.protected_unit)
+                                is_protected=context.is_protected)
 
     def pull(self, chosen, owned, ladder):
-        return ladder.actor.stop_unit(chosen.key, ladder.grace())
-
-    @staticmethod
-    def comeback(chosen, changed, watch):
-        if changed:
-            watch.units.add(chosen.key)
+        return family.stop_unit(ladder.actor, chosen.argv, self.manager, chosen.key, ladder.grace())
 
     def phrase(self, chosen):
         return 'stop_unit', chosen.key, {'unit': chosen.key}

@@ -3,11 +3,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The user unit family (gpu_family): a service of a user's own systemd manager.
 
-- recognise: gpu_owner (the innermost valid service below user@UID.service, the user's text);
+- recognise: gpu_owner's generic layout (the innermost valid service below user@UID.service,
+  the user's text);
 - facts: `systemctl --user show` as that user (gpu_observe.user_unit_facts);
 - lever: `systemctl --user stop` as the user (gpu_lever.user_unit_lever, gpu_trust.STOP_USER_UNIT):
   it can stop nothing she could not stop herself;
-- pull: the actor's stop_user_unit, through her manager's private socket, polled like a unit;
+- pull: the Lever's `systemctl --user stop --no-block` through the actor as her, through her
+  manager's private socket (gpu_observe.user_manager_call), polled like a unit
+  (gpu_family.stop_unit);
 - comeback: as a system unit's (gpu_respawn.Comebacks.units, keyed (uid, unit)).
 """
 
@@ -19,16 +22,15 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 
-class UserUnit(family.Family):
+class UserUnit(family.UnitOwned):
 
     name = 'user_unit'
     kinds = (gpu_owner.USER,)
-    stage = family.UNITS
-    option = 'stop_units'
-    ends_holders = True
     store = 'user_units'
+    manager = gpu_owner.USER_MANAGER
 
     @staticmethod
     def owns(owner):
@@ -43,21 +45,16 @@ class UserUnit(family.Family):
     def facts(owner, timeout):
         return observe.user_unit_facts(owner['uid'], owner['unit'])
 
-    @staticmethod
-    def candidate(holder, selected):
-        return True    # planned over the pass's targets, which are on the selected GPUs
-
     def lever(self, holder, context):
         return lever.user_unit_lever(holder)
 
     def pull(self, chosen, owned, ladder):
         uid, unit = chosen.key
-        return ladder.actor.stop_user_unit(uid, unit, ladder.grace())
-
-    @staticmethod
-    def comeback(chosen, changed, watch):
-        if changed:
-            watch.units.add(chosen.key)
+        call = observe.user_manager_call(uid)
+        # Check mode plans the stop whether or not her manager runs now (as it always has).
+        if call is None and not ladder.actor.recording:
+            return say.step(lever.MANAGER_NOT_RUNNING, uid=uid), False
+        return family.stop_unit(ladder.actor, chosen.argv, self.manager, unit, ladder.grace(), call and call[1], uid=uid)
 
     def phrase(self, chosen):
         uid, unit = chosen.key

@@ -248,7 +248,7 @@ class Ladder(object):
         the supervisor (an orphan of a stopped program) is signalled; each survey may find one."""
         units, containers = self.protected
         return family.Context(self.match, set(units) | set(self.surveyor.supervisor_units), containers,
-                              self.surveyor.backend.infrastructure_units, self.grace())
+                              self.surveyor.backend.infrastructure_units, self.grace(), decide.protected_unit)
 
     def _pull_owners(self, survey):
         """The owners' own stops first, in the families' order (gpu_families: a container's init

@@ -28,6 +28,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever, gpu_observe, gpu_owner, gpu_trust
+# gpu_owner reads a cgroup with the families' recognisers, which gpu_families hands it on import.
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_text import escape_text
 
 # Why a listener is the unit's (codes), or why not.

@@ -726,6 +726,20 @@ def user_unit_facts(uid, unit, timeout=10):
                        **call[1])
 
 
+def unit_state(argv, timeout, keywords=None):
+    """(rc, output) of `systemctl is-active` (gpu_lever.unit_argv's 'is_active'), bounded: rc
+    124 when it timed out, 127 when it could not start. `keywords` run it as a user
+    (user_manager_call's)."""
+    try:
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                             check=False, universal_newlines=True, **(keywords or {}))
+    except subprocess.TimeoutExpired:
+        return 124, say.cli_unfinished(argv, timeout)
+    except OSError as exc:
+        return 127, str(exc)
+    return out.returncode, out.stdout.strip()
+
+
 def runtime_details(owner, timeout=10):
     """What a container's, pod's or guest's runtime says about it (gpu_owner.parse_inspect):
     its readable name, restart policy, pod. Only `cli_error` ({'code': gpu_owner.CLI_MISSING,
@@ -948,6 +962,18 @@ def _supervisor_link(pid, proc, link_type):
                      cwd_root, pm2, home)
 
 
+def as_user(uid, home=None):
+    """subprocess keywords that run a user's supervisor CLI (pm2) as user `uid`, with her home
+    (PM2_HOME `home`, else ~/.pm2); None when no such user."""
+    try:
+        entry = pwd.getpwuid(uid)
+    except (KeyError, TypeError, OverflowError):
+        return None
+    return {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'cwd': '/',
+            'env': {'HOME': entry.pw_dir, 'PM2_HOME': home or entry.pw_dir + '/.pm2',
+                    'PATH': os.environ.get('PATH', '/usr/bin:/bin')}}
+
+
 def supervisor_status(argv, timeout, uid=None, home=None):
     """(code, output) of a supervisor's status command, bounded: code 'ok', 'rc=N' (it exited N:
     `supervisorctl status` exits 3 when a program is not running, so the output decides), or
@@ -957,13 +983,9 @@ def supervisor_status(argv, timeout, uid=None, home=None):
         return gpu_owner.CLI_MISSING, say.cli_not_on_path(argv[0])
     keywords = {}
     if uid:
-        try:
-            entry = pwd.getpwuid(uid)
-        except KeyError:
+        keywords = as_user(uid, home)
+        if keywords is None:
             return gpu_owner.CLI_FAILED, say.cli_no_user(uid)
-        keywords = {'user': entry.pw_uid, 'group': entry.pw_gid, 'extra_groups': [], 'cwd': '/',
-                    'env': {'HOME': entry.pw_dir, 'PM2_HOME': home or entry.pw_dir + '/.pm2',
-                            'PATH': os.environ.get('PATH', '/usr/bin:/bin')}}
     try:
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                              check=False, universal_newlines=True, **keywords)

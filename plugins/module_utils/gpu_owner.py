@@ -12,8 +12,12 @@ is the kind 'user' (`controlled_by` 'user', or 'unknown' where the owners could 
 and its innermost unit name is a candidate for that user's own manager only. gpu_trust
 decides which levers an owner allows.
 
-Pure: parsing only. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's
-table; running it is observation (gpu_observe.runtime_details) or action (gpu_act).
+Pure: parsing only. What is here is generic: systemd's units, scopes, slices and users'
+subtrees, the owner record (new_owner) and the trust rule. A container runtime's, a guest's
+and a pod's cgroup layout is its family's (gpu_family_container, _guest, _pod: `recognise`),
+handed to RECOGNISERS by gpu_families, so a new runtime touches its family module, not this
+one. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's table; running it
+is observation (gpu_observe.runtime_details) or action (a family's pull, through gpu_act).
 
 Where each cgroup layout comes from is cited in tests/unit/plugins/module_utils/test_gpu_owner.py
 beside a real path.
@@ -46,21 +50,6 @@ ROOT, BY_USER, UNKNOWN = 'root', 'user', 'unknown'
 # Whose systemd manager a unit belongs to.
 SYSTEM_MANAGER, USER_MANAGER = 'system', 'user'
 
-_HEX64 = r'[0-9a-f]{64}'
-# <runtime prefix>-<id>.scope: the systemd cgroup driver's name for a container's scope.
-_CONTAINER_SCOPE = re.compile(r'^(docker|libpod|cri-containerd|crio|nerdctl)-(%s)\.scope$' % _HEX64)
-_SCOPE_RUNTIME = {'docker': 'docker', 'libpod': 'podman', 'cri-containerd': 'cri-containerd',
-                  'crio': 'cri-o', 'nerdctl': 'containerd'}
-# Runtimes' own helper scopes (conmon): they hold no GPU, and they are not the container.
-_MONITOR_SCOPE = re.compile(r'^(?:libpod|crio)-conmon-%s\.scope$' % _HEX64)
-_PODMAN_CGROUPFS = re.compile(r'^libpod-(%s)$' % _HEX64)
-_BARE_ID = re.compile(r'^(%s)$' % _HEX64)
-# kubelet: kubepods[-QOS]-pod<UID with _ for ->.slice (systemd driver), pod<UID> (cgroupfs).
-_POD_SLICE = re.compile(r'^kubepods(?:-[a-z]+)?-pod([0-9a-f_]+)\.slice$')
-_POD_DIR = re.compile(r'^pod([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$')
-_LXC_PAYLOAD = re.compile(r'^lxc\.payload[.-](.+)$')
-_NSPAWN_SCOPE = re.compile(r'^machine-(.+)\.scope$')
-_NSPAWN_SERVICE = re.compile(r'^systemd-nspawn@(.+)\.service$')
 _SESSION_SCOPE = re.compile(r'^session-[^/]+\.scope$')
 _USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
 # systemd's unit-name grammar (unit_name_is_valid, src/basic/unit-name.c) for the two unit types
@@ -69,8 +58,10 @@ _USER_MANAGER = re.compile(r'^user@(\d+)\.service$')
 _VALID_UNIT = re.compile(r'^[A-Za-z0-9:_.\\-]+(?:@[A-Za-z0-9:_.\\-]+)?\.(?:service|scope)$')
 UNIT_NAME_MAX = 255
 
-# Recognisers of the families registered beside the built-in layouts (gpu_families.register):
-# each (parts root named, index, path) -> an owner (new_owner) or None, asked first at each part.
+# The owner families' recognisers (gpu_family.Family.recognise: a container runtime's, a
+# guest's, a pod's layout), handed over by gpu_families, in its ladder order: each (parts root
+# named, index, path) -> an owner (new_owner) or None, asked at each part root named, outermost
+# first. What is left here is generic: systemd's units, scopes, slices and users' subtrees.
 RECOGNISERS = []
 
 
@@ -200,17 +191,9 @@ def _unit_in(parts):
     return NONE, None
 
 
-def _inner_unit(parts):
+def inner_unit(parts):
+    """The innermost systemd unit among path components (a guest's or a container's own), or None."""
     return _unit_in(parts)[1]
-
-
-def _unescape_systemd(text):
-    """machine-<name>.scope escapes '-' in the name as \\x2d. Only printable ASCII is
-    unescaped: \\x0a or \\x1b stays as written, never a control character."""
-    def unescape(found):
-        code = int(found.group(1), 16)
-        return chr(code) if 0x20 < code < 0x7f else found.group(0)
-    return re.sub(r'\\x([0-9a-f]{2})', unescape, text)
 
 
 def owner_from_path(path, uids=None):
@@ -220,32 +203,14 @@ def owner_from_path(path, uids=None):
     Below where a user names the cgroups (named_by_root), the owner is that user's."""
     parts = path_parts(path)
     trusted, uid = named_by_root(parts, uids)
-    for index, part in enumerate(parts[:trusted]):
-        rest = parts[index + 1:]
+    if not RECOGNISERS:
+        # Without the families' layouts a container's scope would read as a plain scope here.
+        raise RuntimeError('no owner family recognisers: gpu_families was not imported')
+    for index in range(trusted):
         for recognise in RECOGNISERS:
             owner = recognise(parts[:trusted], index, path)
             if owner:
                 return owner
-        if part == 'kubepods' or part.startswith('kubepods'):
-            return _pod_owner(parts[:trusted], index, path)
-        found = _CONTAINER_SCOPE.match(part)
-        if found:
-            runtime = _SCOPE_RUNTIME[found.group(1)]
-            return new_owner(CONTAINER, path, runtime=runtime, id=found.group(2), unit=part,
-                             manager=SYSTEM_MANAGER,
-                             namespace='default' if runtime == 'containerd' else None,
-                             guest_unit=_inner_unit(rest))
-        if _MONITOR_SCOPE.match(part):
-            return new_owner(SCOPE, path, unit=part, manager=SYSTEM_MANAGER)
-        found = _PODMAN_CGROUPFS.match(part)
-        if found:
-            return new_owner(CONTAINER, path, runtime='podman', id=found.group(1))
-        found = _BARE_ID.match(part)
-        if found and index > 0:
-            return _cgroupfs_container(parts[index - 1], found.group(1), path)
-        guest = _guest_owner(parts, index, path)
-        if guest:
-            return guest
     if trusted < len(parts):
         return _user_owner(parts[trusted:], uid, path)
     kind, unit = _unit_in(parts)
@@ -267,71 +232,6 @@ def _user_owner(user_parts, uid, path):
     return new_owner(USER, path, unit=unit if known else None, uid=uid,
                      controlled_by=BY_USER if known else UNKNOWN,
                      manager=USER_MANAGER if known and unit else None)
-
-
-def _cgroupfs_container(parent, container_id, path):
-    """A container id directly under its runtime's cgroupfs parent directory."""
-    if parent == 'docker':
-        return new_owner(CONTAINER, path, runtime='docker', id=container_id)
-    if parent == 'libpod_parent':
-        return new_owner(CONTAINER, path, runtime='podman', id=container_id)
-    # containerd (ctr, nerdctl with the cgroupfs driver) names the parent after its namespace.
-    return new_owner(CONTAINER, path, runtime='containerd', id=container_id, namespace=parent)
-
-
-def _guest_owner(parts, index, path):
-    part = parts[index]
-    rest = parts[index + 1:]
-    found = _LXC_PAYLOAD.match(part)
-    if found:
-        name = found.group(1)
-        return _lxc_guest(name, rest, path)
-    if part in ('lxc', 'lxc.payload') and rest:
-        return _lxc_guest(rest[0], rest[1:], path)
-    found = _NSPAWN_SCOPE.match(part) or _NSPAWN_SERVICE.match(part)
-    if found and not part.startswith('machine-qemu'):
-        inner = rest[1:] if rest[:1] == ['payload'] else rest
-        return new_owner(GUEST, path, runtime='systemd-nspawn', id=_unescape_systemd(found.group(1)),
-                         unit=part, manager=SYSTEM_MANAGER, guest_unit=_inner_unit(inner))
-    if part == 'payload':
-        # systemd-nspawn --keep-unit splits the cgroup it was started in into "payload" (the
-        # guest's tree) and "supervisor" (itself): below the root when started outside any
-        # unit, below a session scope or a service on a systemd host, below whatever cgroup
-        # its starter made for it. A guest without a name this host could look up; the units
-        # above it are this host's, the ones below it the guest's (never stopped from here).
-        return new_owner(GUEST, path, runtime='systemd-nspawn', guest_unit=_inner_unit(rest))
-    return None
-
-
-def _lxc_guest(name, rest, path):
-    # Proxmox names a guest by its numeric VMID and puts the guest's own tree in "ns"
-    # (lxc.cgroup.dir.container.inner); plain LXC and LXD/Incus use the container name.
-    inner = rest[1:] if rest[:1] == ['ns'] else rest
-    runtime = 'proxmox' if name.isdigit() else 'lxc'
-    return new_owner(GUEST, path, runtime=runtime, id=name, name=None if name.isdigit() else name,
-                     guest_unit=_inner_unit(inner))
-
-
-def _pod_owner(parts, index, path):
-    uid, container_id, runtime = None, None, None
-    for part in parts[index:]:
-        found = _POD_SLICE.match(part)
-        if found:
-            uid = found.group(1).replace('_', '-')
-            continue
-        found = _POD_DIR.match(part)
-        if found:
-            uid = found.group(1)
-            continue
-        found = _CONTAINER_SCOPE.match(part)
-        if found:
-            runtime, container_id = _SCOPE_RUNTIME[found.group(1)], found.group(2)
-            continue
-        found = _BARE_ID.match(part)
-        if found:
-            container_id = found.group(1)
-    return new_owner(POD, path, runtime=runtime, id=container_id,
-                     pod={'namespace': None, 'name': None, 'uid': uid})
 
 
 _RANK = {POD: 0, CONTAINER: 1, GUEST: 2, USER: 3, SUPERVISOR: 4, SERVICE: 4, SESSION: 5, SCOPE: 6, NONE: 7}

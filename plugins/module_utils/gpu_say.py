@@ -24,12 +24,14 @@ POD_PROTECTED = 'part of a Kubernetes pod (the kubelet owns it)'
 
 
 class Said(str):
-    """A sentence that carries the code it was written from: callers decide on `code`, never on
-    the words. (`str(said)` is the plain text: what goes into a result.)"""
+    """A sentence that carries the code and the facts it was written from: callers decide on
+    `code` and read `facts` (a command's rc and output), never the words. (`str(said)` is the
+    plain text: what goes into a result.)"""
 
-    def __new__(cls, text, code=None):
+    def __new__(cls, text, code=None, facts=None):
         said = str.__new__(cls, text)
         said.code = code
+        said.facts = facts or {}
         return said
 
 
@@ -532,7 +534,7 @@ def interrupted(error, actions):
 def step(code, **facts):
     """The action log's `result` for what a step did (gpu_lever's step codes), as a Said."""
     form = _STEPS[code]
-    return Said(form(facts) if callable(form) else form % facts, code)
+    return Said(form(facts) if callable(form) else form % facts, code, facts)
 
 
 def blind(access):

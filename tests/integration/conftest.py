@@ -223,9 +223,12 @@ def alice(lab, node):
 # The plain lab's longest tests, started first so that under pytest-xdist no worker begins one
 # of them last while the others sit idle (issue 31). From the stage's --durations in the first
 # concurrent make test (3 workers, load 15-23): 516 s, 203 s, 177 s, 173 s, 145 s, 133 s, 126 s,
-# 111 s; the rest took at most 108 s. Only the order changes.
+# 111 s; the rest took at most 108 s. The server soak (issue 30 item 8) came later: 309 s in a
+# single run at its default SERVER_SOAK_N=10 (-p no:xdist, one other soak beside it and three
+# other helpers' labs on the 2-core host, 2026-12-07). Only the order changes.
 LONG_FIRST = (
     "test_reclaim_randomised.py::test_random_holders_end_exactly_the_unprotected_ones_on_the_selected_gpus",
+    "test_soak.py::test_server_shapes_no_needless_restart_no_stall_left_no_wrong_kill",
     "test_security.py::test_a_squatter_on_the_port_fails_the_restart_naming_its_pid_and_the_rollback_runs",
     "test_reclaim_playbook.py::test_a_converged_server_host_records_both_reclaims_and_a_drift_check_reads_changed",
     "test_reclaim_timer.py::test_timer_fires_and_frees_a_wedged_host_and_a_locked_run_changes_nothing",

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act, gpu_adopt, gpu_observe, gpu_owner
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever, gpu_say
 
 WAIT = "import os, signal, sys, time\n%s\nprint('ready', flush=True)\ntime.sleep(60)\n"
 
@@ -142,19 +143,26 @@ def test_a_scope_member_is_a_planned_process_or_one_forked_since_never_a_reused_
 
 
 class Refusing(object):
-    """systemd's side where there is none (this host is no systemd host): refuses the scope, so
-    a test that gets this far shows the plan went on to act."""
+    """systemd's side where there is none (this host is no systemd host): refuses the scope
+    (busctl fails), so a test that gets this far shows the plan went on to act; a scope's stop
+    succeeds and the scope reads down 0.1 s later."""
+
+    recording = False
 
     def __init__(self):
         self.calls = []
 
-    def start_scope(self, scope, pids, stop_timeout, description):
-        self.calls.append(('start_scope', scope, tuple(pids)))
-        return 'failed (rc=1): no systemd here', False
+    def run(self, argv, timeout, as_user=None, ends=()):
+        self.calls.append(tuple(argv))
+        if argv[0] == 'busctl':
+            return gpu_say.step(gpu_lever.COMMAND_FAILED, rc=1, output='no systemd here'), False
+        return gpu_say.step(gpu_lever.COMMAND_OK, rc=0, output=''), True
 
-    def stop_unit(self, unit, timeout):
-        self.calls.append(('stop_unit', unit))
-        return 'stopped in 0.10 s', True
+    def wait_until(self, predicate, timeout, max_interval=None):
+        return True, 0.1
+
+
+STOP_SCOPE = ('systemctl', 'stop', '--no-block', '--', 'sglang-adopted-1.scope')
 
 
 def test_a_refused_scope_fails_naming_it_and_signals_nothing(procs):
@@ -162,7 +170,8 @@ def test_a_refused_scope_fails_naming_it_and_signals_nothing(procs):
     actor = Refusing()
     out = gpu_adopt.Adoption('sglang-adopted', 5, [(server.pid, start_of(server.pid))], actor=actor).run()
     assert out['error'].startswith('systemd refused the scope sglang-adopted-') and 'no systemd here' in out['error']
-    assert actor.calls == [('start_scope', out['scope'], (server.pid,))]
+    assert actor.calls == [tuple(gpu_adopt.scope_argv(out['scope'], [server.pid], 5,
+                                                      'adopted by gpuops.reclaim: sglang-adopted'))]
     assert [a['step'] for a in out['actions']] == ['start_scope'] and out['killed_at_once'] == []
     assert out['left'] == [server.pid] and server.poll() is None
 
@@ -185,7 +194,7 @@ def test_sigterm_ignoring_members_get_sigkill_at_once_and_the_others_the_scopes_
                      ('stop_scope', 'sglang-adopted-1.scope', 'stopped in 0.10 s')]
     sigkill, stop = adoption.out['actions']
     assert sigkill['at_s'] <= stop['at_s'] and 'took_s' in stop
-    assert actor.calls == [('stop_unit', 'sglang-adopted-1.scope')] and adoption.out['stopped'] is True
+    assert actor.calls == [STOP_SCOPE] and adoption.out['stopped'] is True
 
 
 def test_when_every_member_ignored_sigterm_the_emptied_scope_needs_no_stop(procs):
@@ -211,34 +220,42 @@ def test_a_member_whose_number_was_reused_is_never_signalled(procs):
 
 
 class Stopping(Refusing):
-    """An actor whose scope stop answers with `said` (a gpu_say.Said: the words and their code)."""
+    """An actor whose scope stop exits `rc` with `output`, after which the scope reads down
+    (`down`) or still deactivating at the bound."""
 
-    def __init__(self, said):
+    def __init__(self, rc, output, down):
         Refusing.__init__(self)
-        self.said = said
+        self.answer = (rc, output, down)
 
-    def stop_unit(self, unit, timeout):
-        self.calls.append(('stop_unit', unit))
-        return self.said, True
+    def run(self, argv, timeout, as_user=None, ends=()):
+        self.calls.append(tuple(argv))
+        rc, output, _down = self.answer
+        return gpu_say.step(gpu_lever.COMMAND_FAILED if rc else gpu_lever.COMMAND_OK, rc=rc, output=output), rc == 0
+
+    def wait_until(self, predicate, timeout, max_interval=None):
+        return (True, 0.1) if self.answer[2] else (False, timeout)
 
 
 def test_the_scopes_stop_is_read_from_its_code_never_its_words(procs):
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever, gpu_say
     plain = procs()           # a member that outlives the stop (the actor stops nothing)
     cases = [
-        (gpu_say.step(gpu_lever.UNIT_STOPPED, waited=0.1), True),
-        (gpu_say.step(gpu_lever.UNIT_STOPPING, timeout=35.0), False),
-        # Words that begin like a stop, a code that says it failed: the code decides (before,
-        # result.startswith('stopped') read this as stopped).
-        (gpu_say.Said('stopped? no: Unit sglang-adopted-1.scope not loaded.', gpu_lever.STOP_FAILED), False),
+        ((0, '', True), gpu_say.step(gpu_lever.UNIT_STOPPED, waited=0.1), True),
+        ((0, '', False), gpu_say.step(gpu_lever.UNIT_STOPPING, timeout=35), False),
+        # Words that say a stop, a code that says it failed: the code decides (before,
+        # result.startswith('stopped') read such words as stopped).
+        ((5, 'stopped? no: Unit sglang-adopted-1.scope not loaded.', True),
+         gpu_say.step(gpu_lever.STOP_FAILED, output='stopped? no: Unit sglang-adopted-1.scope not loaded.'), False),
     ]
-    for said, stopped in cases:
-        adoption = gpu_adopt.Adoption('sglang-adopted', 5, [], actor=Stopping(said))
+    for answer, said, stopped in cases:
+        actor = Stopping(*answer)
+        adoption = gpu_adopt.Adoption('sglang-adopted', 5, [], actor=actor)
         adoption.planned = {plain.pid: start_of(plain.pid)}
         adoption._end('sglang-adopted-1.scope')      # pylint: disable=protected-access
+        assert actor.calls == [STOP_SCOPE]
         assert adoption.out['stopped'] is stopped, said
         assert adoption.out['error'] == (None if stopped else 'systemctl stop sglang-adopted-1.scope: %s' % said)
         assert adoption.out['actions'][-1]['result'] == str(said)
+        assert adoption.out['actions'][-1]['code'] == said.code
         assert not isinstance(adoption.out['actions'][-1]['result'], gpu_say.Said)
     assert plain.poll() is None
 

@@ -20,6 +20,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
@@ -149,18 +150,6 @@ class ScriptedActor(object):
     def clock(self):
         return self.now
 
-    def stop_unit(self, unit, timeout):
-        self.calls.append(('stop_unit', unit, timeout))
-        return say.step(lever.UNIT_STOPPED, waited=0.1), True
-
-    def stop_user_unit(self, uid, unit, timeout):
-        self.calls.append(('stop_user_unit', uid, unit, timeout))
-        return say.step(lever.UNIT_STOPPED, waited=0.1, uid=uid), True
-
-    def stop_supervised(self, owner, holders, grace, status_timeout):
-        self.calls.append(('stop_supervised', owner['id'], grace))
-        return say.step(lever.SUPERVISED_STOPPED, waited=0.1, command='stop', watched=1.5), True, None
-
     def signal(self, holder, signum, never):
         name = act.SIGNAL_NAMES[signum]
         self.calls.append((name, holder.pid))
@@ -177,7 +166,7 @@ class ScriptedActor(object):
         self.now += 0.25
         return dict((h.pid, self.now) for h in holders if h.pid in self.gone)
 
-    def wait_until(self, predicate, timeout):
+    def wait_until(self, predicate, timeout, max_interval=act.FAST_POLL_S):
         """Polls the predicate up to 5 times, as a real wait polls it until it holds."""
         self.calls.append(('wait_release', timeout))
         for poll in range(1, 6):
@@ -187,13 +176,28 @@ class ScriptedActor(object):
         self.polls.append(poll)
         return value, 0.5
 
-    def run(self, argv, timeout):
-        self.calls.append(('run', ' '.join(argv)))
-        return say.step(lever.COMMAND_OK), True
+    def run(self, argv, timeout, as_user=None, ends=()):
+        # As a user (her manager's stop, pm2's): the UID it runs as, after the command.
+        self.calls.append(('run', ' '.join(argv)) + ((as_user['user'],) if as_user else ()))
+        return say.step(lever.COMMAND_OK, rc=0, output=''), True
 
     @staticmethod
     def state_of(holder):
         return 'disk-sleep'
+
+
+@pytest.fixture
+def managers(monkeypatch):
+    """systemd's side of a unit's stop: each unit's is-active reads inactive once asked (a
+    queued stop done), and user 1000's own manager runs. Returns what was asked, as whom."""
+    asked = []
+
+    def unit_state(argv, timeout, keywords=None):
+        asked.append((' '.join(argv), (keywords or {}).get('user')))
+        return 3, 'inactive'
+    monkeypatch.setattr(observe, 'unit_state', unit_state)
+    monkeypatch.setattr(observe, 'user_manager_call', lambda uid: ({}, {'user': uid}) if uid == 1000 else None)
+    return asked
 
 
 def held_by(*holders, **kwargs):
@@ -259,12 +263,15 @@ def test_force_sends_sigkill_only():
     assert actor.calls == [('SIGKILL', 10), ('wait_gone', [10], 5.0)]
 
 
-def test_a_restarting_unit_is_stopped_before_any_signal():
+def test_a_restarting_unit_is_stopped_before_any_signal(managers):
     actor = ScriptedActor()
     s = held_by((10, 'exits-on-term'), cgroup=UNIT, units=GPUHOG)
     result = ladder(ScriptedSurveyor(s, free()), actor).run()
-    assert actor.calls[0] == ('stop_unit', 'gpuhog.service', 5.0)
-    assert actor.calls[1] == ('SIGTERM', 10), 'the stop left the process alive: it is signalled'
+    # The Lever's argv, then is-active polled through the actor's wait, bounded by the grace.
+    assert actor.calls[:2] == [('run', 'systemctl stop --no-block -- gpuhog.service'), ('wait_release', 5.0)]
+    assert managers == [('systemctl is-active -- gpuhog.service', None)]
+    assert actor.calls[2] == ('SIGTERM', 10), 'the stop left the process alive: it is signalled'
+    assert result['actions'][0]['code'] == lever.UNIT_STOPPED
     assert result['actions'][0]['target'] == 'gpuhog.service'
 
 
@@ -380,8 +387,7 @@ def test_the_doubles_answer_what_the_real_surveyor_and_actor_answer():
     and the actor plainly (no getattr with a default for what a double lacks)."""
     real = flow.Surveyor(backend=NVIDIA)
     assert _public(real) - _public(ScriptedSurveyor()) == set()
-    # start_scope is gpu_adopt's, never the ladder's.
-    assert _public(act.HostActor()) - _public(ScriptedActor()) == {'start_scope'}
+    assert _public(act.HostActor()) - _public(ScriptedActor()) == set()
     assert _public(act.RecordingActor()) - _public(act.HostActor()) == set()
     assert act.HostActor().ended == frozenset()
 
@@ -848,18 +854,20 @@ def user_held(confirmed=True):
                      facts=facts)
 
 
-def test_a_users_confirmed_service_is_stopped_through_her_manager_never_the_systems():
+def test_a_users_confirmed_service_is_stopped_through_her_manager_never_the_systems(managers):
     actor = ScriptedActor()
     result = ladder(ScriptedSurveyor(user_held(), free()), actor).run()
-    assert actor.calls[0] == ('stop_user_unit', 1000, 'hog.service', 5.0)
-    assert not [c for c in actor.calls if c[0] == 'stop_unit']
+    # As her, through her manager, polled as her, bounded by the grace.
+    assert actor.calls[:2] == [('run', 'systemctl --user stop --no-block -- hog.service', 1000), ('wait_release', 5.0)]
+    assert managers == [('systemctl --user is-active -- hog.service', 1000)]
+    assert not [c for c in actor.calls if c[0] == 'run' and c[1].startswith('systemctl stop')]
     assert result['actions'][0]['step'] == 'stop_user_unit' and result['actions'][0]['uid'] == 1000
 
 
 def test_a_directory_she_named_like_a_service_is_stopped_by_no_manager():
     actor = ScriptedActor()
     ladder(ScriptedSurveyor(user_held(confirmed=False), free()), actor).run()
-    assert not [c for c in actor.calls if c[0] in ('stop_unit', 'stop_user_unit')]
+    assert not [c for c in actor.calls if c[0] == 'run']
     assert actor.calls[0] == ('SIGTERM', 10)
 
 

@@ -131,9 +131,9 @@ def test_the_session_ends_before_a_reset(driver, tmp_path):
     ran = []
 
     class Actor(act.RecordingActor):
-        def run(self, argv, timeout):
+        def run(self, argv, timeout, as_user=None, ends=()):
             ran.append((argv[1:], driver.open))
-            return act.RecordingActor.run(argv, timeout)
+            return act.RecordingActor.run(self, argv, timeout)
 
     ladder = flow.Ladder(surveyor, allow_reset=True, actor=Actor())
     ladder.started = 0.0

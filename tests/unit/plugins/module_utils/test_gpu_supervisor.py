@@ -19,6 +19,8 @@ import json
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as sup
@@ -259,32 +261,48 @@ def supervised_survey(pid=16, error=None, name='exits-on-term'):
 
 
 class SupervisingActor(ScriptedActor):
-    """A scripted actor whose supervisor stops the program (its holders exit) or fails."""
+    """A scripted actor on a host whose supervisord stops the program (its holders exit, its
+    status then reads STOPPED) or whose stop leaves it RUNNING (`stops` False): the family reads
+    that status (gpu_observe.supervisor_status, answered here as supervisorctl would)."""
 
-    def __init__(self, error=None):
+    def __init__(self, monkeypatch, stops=True):
         ScriptedActor.__init__(self)
-        self.error = error
+        self.stops = stops
+        self.stopped = False
+        monkeypatch.setattr(gpu_observe, 'supervisor_status', self.status)
 
-    def stop_supervised(self, owner, holders, grace, status_timeout):
-        self.calls.append(('stop_supervised', owner['runtime'], owner['id'], grace))
-        if self.error:
-            return 'failed: %s' % self.error['text'], False, self.error
-        self.gone.update(h.pid for h in holders)
-        return 'stopped in 0.40 s', True, None
+    def run(self, argv, timeout, as_user=None, ends=()):
+        self.calls.append(('run', ' '.join(argv), timeout))
+        if self.stops:
+            self.stopped = True
+            self.gone.update(h.pid for h in ends)
+        return gpu_say.step(lever.COMMAND_OK, rc=0, output=''), True
+
+    def status(self, argv, timeout, uid=None, home=None):
+        self.calls.append(('status', ' '.join(argv)))
+        return 'rc=3' if self.stopped else 'ok', (
+            'worker                           STOPPED   Dec 02 12:29 AM' if self.stopped
+            else 'worker                           RUNNING   pid 16, uptime 0:00:04')
 
 
-def test_the_program_is_stopped_through_its_supervisor_and_nothing_is_signalled():
-    actor = SupervisingActor()
+STOP_WORKER = 'supervisorctl -c %s stop worker' % CONF
+
+
+def test_the_program_is_stopped_through_its_supervisor_and_nothing_is_signalled(monkeypatch):
+    actor = SupervisingActor(monkeypatch)
     result = ladder(ScriptedSurveyor(supervised_survey(), free()), actor).run()
-    assert actor.calls == [('stop_supervised', 'supervisord', 'worker', 5.0)]
+    # The Lever's stop with the grace bound, then the status polled down and staying down.
+    assert [c for c in actor.calls if c[0] == 'run'] == [('run', STOP_WORKER, 35.0)]
+    assert [c[0] for c in actor.calls if c[0] != 'status'] == ['run', 'wait_release', 'wait_release']
     assert result['free'] is True
     (step,) = result['actions']
     assert (step['step'], step['program'], step['unit'], step['command']) == (
-        'stop_supervised', 'worker', 'supervisor.service', 'supervisorctl -c %s stop worker' % CONF)
+        'stop_supervised', 'worker', 'supervisor.service', STOP_WORKER)
+    assert step['code'] == lever.SUPERVISED_STOPPED
 
 
-def test_without_the_lever_it_is_left_named_with_the_exact_command():
-    actor = SupervisingActor()
+def test_without_the_lever_it_is_left_named_with_the_exact_command(monkeypatch):
+    actor = SupervisingActor(monkeypatch)
     result = ladder(ScriptedSurveyor(supervised_survey()), actor, stop_supervised=False).run()
     assert [c for c in actor.calls if c[0] != 'wait_release'] == []
     assert result['free'] is False
@@ -293,9 +311,8 @@ def test_without_the_lever_it_is_left_named_with_the_exact_command():
     assert '`supervisorctl -c %s stop worker`' % CONF in result['msg']
 
 
-def test_a_failed_stop_is_named_never_fought_with_signals():
-    error = {'code': sup.STOP_FAILED, 'text': 'the program is not down after 35.0s'}
-    actor = SupervisingActor(error)
+def test_a_failed_stop_is_named_never_fought_with_signals(monkeypatch):
+    actor = SupervisingActor(monkeypatch, stops=False)
     surveyor = ScriptedSurveyor(supervised_survey())
     surveyor.supervisor_errors = {}
     surveyor.supervisor_units = set()
@@ -308,7 +325,7 @@ def test_a_failed_stop_is_named_never_fought_with_signals():
         return fresh
     surveyor.survey = survey
     result = ladder(surveyor, actor).run()
-    assert [c[0] for c in actor.calls if c[0] != 'wait_release'] == ['stop_supervised']
+    assert [c[0] for c in actor.calls if c[0] not in ('wait_release', 'status')] == ['run']
     (left,) = result['remaining']
     assert left['reason_code'] == sup.STOP_FAILED
     assert 'not down after 35.0s' in result['msg']
@@ -325,16 +342,29 @@ def test_a_supervised_holder_is_no_target_and_its_unit_is_never_stopped():
     assert decide.supervised_to_stop(survey.holders, [0], ()) == []
 
 
-def test_a_container_whose_runtime_cli_failed_is_left_naming_its_stop():
+def test_a_container_whose_runtime_cli_failed_is_left_naming_its_stop(monkeypatch):
     survey = held_by((20, 'exits-on-term'))
     cid = 'a' * 64
     survey.holders[0] = survey.holders[0]._replace(owner=gpu_owner.new_owner(
         gpu_owner.CONTAINER, '/system.slice/docker-%s.scope' % cid, runtime='docker', id=cid,
         unit='docker-%s.scope' % cid, manager=gpu_owner.SYSTEM_MANAGER,
         cli_error={'code': gpu_owner.CLI_MISSING, 'text': 'docker is not on PATH here'}))
-    actor = SupervisingActor()
+    actor = SupervisingActor(monkeypatch)
     result = ladder(ScriptedSurveyor(survey), actor).run()
     assert [c for c in actor.calls if c[0] != 'wait_release'] == []
     (left,) = result['remaining']
     assert left['reason_code'] == gpu_owner.CLI_MISSING
     assert '`docker stop -t 10 -- %s`' % cid in result['msg'] and 'docker is not on PATH here' in result['msg']
+
+
+def test_pm2s_stop_runs_as_its_user_or_not_at_all():
+    """pm2's daemon is its user's: the stop runs as her; a UID no user has stops nothing (before,
+    the module failed with a KeyError), and never runs as root."""
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_supervisor as family
+    owner = gpu_owner.new_owner(gpu_owner.SUPERVISOR, '/user.slice', runtime='pm2', id='api', name='api',
+                                supervisor={'pid': 50, 'start_time': 1, 'uid': 2 ** 31 - 7, 'home': None})
+    chosen = lever.lever(lever.STOP_SUPERVISED, ('pm2', 50, 1, 'api'), owner, ['pm2', 'stop', 'api'])
+    actor = ScriptedActor()
+    result, changed, error = family.stop(actor, chosen, [], 5.0, 10)
+    assert (result.code, changed, error['code']) == (lever.STOP_FAILED, False, sup.CLI_FAILED)
+    assert actor.calls == []

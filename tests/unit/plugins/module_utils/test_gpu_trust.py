@@ -7,6 +7,8 @@ __metaclass__ = type
 
 import pytest
 
+# gpu_owner reads a cgroup with the families' recognisers, which gpu_families hands it on import.
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
