@@ -29,7 +29,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_result
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 # The survey's names, as the modules and tests import them from here.
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_survey import (  # noqa: F401 pylint: disable=unused-import
-    SURVEY_ARGUMENT_SPEC, Survey, Surveyor, named_owner, pattern_error, pattern_set, survey_param_error,
+    SURVEY_ARGUMENT_SPEC, Survey, Surveyor, pattern_error, pattern_set, survey_param_error,
     survey_result, surveyor_from_params)
 
 # gpu_reclaim's own options; documented in its DOCUMENTATION.
