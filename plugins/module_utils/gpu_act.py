@@ -216,12 +216,12 @@ class HostActor(object):
     @staticmethod
     def signal(holder, signum, never):
         """(result, changed) of sending `signum` to the holder, re-identified first."""
-        result = send_signal(holder['pid'], holder['start_time'], signum, never)
+        result = send_signal(holder.pid, holder.start_time, signum, never)
         return result, result.code == SENT
 
     @staticmethod
     def alive(holders):
-        return [h for h in holders if is_alive(h['pid'], h['start_time'])]
+        return [h for h in holders if is_alive(h.pid, h.start_time)]
 
     def wait_gone(self, holders, timeout):
         """Wait until every holder is gone or `timeout` passes; returns {pid: clock time it was
@@ -242,11 +242,11 @@ class HostActor(object):
         gone_at, fds = {}, {}
         try:
             for holder in holders:
-                fd = open_pidfd(holder['pid'], holder['start_time'])
+                fd = open_pidfd(holder.pid, holder.start_time)
                 if fd is None:
-                    gone_at[holder['pid']] = self.clock()
+                    gone_at[holder.pid] = self.clock()
                 else:
-                    fds[fd] = holder['pid']
+                    fds[fd] = holder.pid
             poller = select.poll()
             for fd in fds:
                 poller.register(fd, select.POLLIN)
@@ -268,8 +268,8 @@ class HostActor(object):
 
         def all_gone():
             for holder in holders:
-                if holder['pid'] not in gone_at and not is_alive(holder['pid'], holder['start_time']):
-                    gone_at[holder['pid']] = self.clock()
+                if holder.pid not in gone_at and not is_alive(holder.pid, holder.start_time):
+                    gone_at[holder.pid] = self.clock()
             return len(gone_at) == len(holders)
 
         wait_for(all_gone, timeout, clock=self.clock, max_interval=FAST_POLL_S)
@@ -295,7 +295,7 @@ class HostActor(object):
     @staticmethod
     def state_of(holder):
         try:
-            return read_identity(holder['pid']).state
+            return read_identity(holder.pid).state
         except ProcessGone:
             return 'gone'
 
@@ -316,10 +316,10 @@ class RecordingActor(object):
         self._termed = set()       # (pid, start_time) it would have sent SIGTERM
 
     def signal(self, holder, signum, never):
-        key = (holder['pid'], holder['start_time'])
-        refusal = signal_refusal(holder['pid'], holder['start_time'], never)
+        key = (holder.pid, holder.start_time)
+        refusal = signal_refusal(holder.pid, holder.start_time, never)
         if refusal:
-            return say.step(refusal, pid=holder['pid']), False
+            return say.step(refusal, pid=holder.pid), False
         if key in self.ended:
             return say.step(GONE), False
         name = SIGNAL_NAMES.get(signum, str(signum))
@@ -332,12 +332,12 @@ class RecordingActor(object):
         return say.step(gpu_lever.WOULD_SIGNAL, signal=name), True
 
     def alive(self, holders):
-        live = [h for h in holders if (h['pid'], h['start_time']) not in self.ended]
-        return [h for h in live if is_alive(h['pid'], h['start_time'])]
+        live = [h for h in holders if (h.pid, h.start_time) not in self.ended]
+        return [h for h in live if is_alive(h.pid, h.start_time)]
 
     def wait_gone(self, holders, timeout):
         now = self.clock()
-        return dict((h['pid'], now) for h in holders if (h['pid'], h['start_time']) in self.ended)
+        return dict((h.pid, now) for h in holders if (h.pid, h.start_time) in self.ended)
 
     @staticmethod
     def wait_until(predicate, timeout, max_interval=FAST_POLL_S):
@@ -345,7 +345,7 @@ class RecordingActor(object):
 
     def run(self, argv, timeout, as_user=None, ends=()):
         """Records the command; what it would end counts as ended from then on."""
-        self.ended.update((h['pid'], h['start_time']) for h in ends)
+        self.ended.update((h.pid, h.start_time) for h in ends)
         return say.step(gpu_lever.WOULD_RUN, argv=argv), True
 
     @staticmethod

@@ -15,6 +15,7 @@ import copy
 import os
 import re
 
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_holder
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 # gpu_owner reads a cgroup with the families' recognisers, which gpu_families hands it on import.
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families  # noqa: F401 pylint: disable=unused-import
@@ -255,21 +256,22 @@ def context_gpus_of(evidence, listed, orphaned):
     return sorted(i for i, ev in evidence.items() if 'mmap' in ev and i in orphaned)
 
 
-def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mib=128, facts=None):
-    """Turn a snapshot into (holders, clients, unconfirmed).
+# A process that holds a GPU, as sort_processes found it before its owner is resolved: its
+# gpu_observe.ProcState, the GPUs it holds a node of, NVML's MiB per GPU, its evidence, kind
+# ('context' or 'handle'), context GPUs and peer GPUs (gpu_holder.Holder's fields).
+Held = collections.namedtuple('Held', 'proc gpus listed evidence kind context_gpus peer_gpus')
 
-    holders: processes holding a particular GPU (context or handle).
-    clients: processes with only shared nodes (nvidiactl, nvidia-uvm) open: monitors, NVML users.
+
+def sort_processes(snapshot, free_threshold_mib=128):
+    """Sort a snapshot's processes into (held, clients, unconfirmed), before any owner is read.
+
+    held: Held, per process holding a particular GPU (context or handle).
+    clients: the gpu_observe.ProcState of processes with only shared nodes (nvidiactl,
+    nvidia-uvm) open: monitors, NVML users.
     unconfirmed: NVML-listed PIDs that resolve here to a process holding no NVIDIA device, i.e.
     a PID from another namespace or a reused one (code UNCONFIRMED_PID), or to one without the
     listed GPU's own node (UNCONFIRMED_GPU, for those GPUs). They are never acted on for them.
-
-    `units`: system unit -> (Restart, ActiveState, ControlGroup); `facts`: {'user_units':
-    (uid, unit) -> the same from that user's manager, 'runtimes': (runtime, id) -> its
-    inspect, 'vendor_units': the backend's unit pattern} (gpu_trust.confirm).
     """
-    units = units or {}
-    facts = dict(facts or {}, units=units)
     # Device nodes are mapped to GPUs through what the backend says each GPU's nodes are
     # (NVIDIA: /dev/nvidia<minor> with the driver's minor), never by the number in the name.
     node_to_index = dict((node, gpu.index) for gpu in snapshot.gpus for node in gpu.nodes)
@@ -279,7 +281,7 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
     for gpu in snapshot.gpus:
         for pid, mib in gpu.processes:
             nvml_mem.setdefault(pid, {})[gpu.index] = mib
-    holders, clients, unconfirmed = [], [], []
+    held, clients, unconfirmed = [], [], []
     # A process whose fds or maps this module may not read (another user's, without root) shows
     # no device even when it holds one: NVML's word stands for it.
     unreadable = set(entry[0] for entry in snapshot.unreadable)
@@ -303,30 +305,64 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
         evidence = _holdings(proc, node_to_index, listed)
         if not evidence:
             if touches_device:
-                clients.append(describe(proc, snapshot, [], {}, set(), 'client', protect_patterns,
-                                        own_tree, units, [], facts))
+                clients.append(proc)
             continue
         context_gpus = context_gpus_of(evidence, listed, orphaned)
-        kind = 'context' if context_gpus else 'handle'
         all_evidence = set()
         for ev in evidence.values():
             all_evidence |= ev
-        holder = describe(proc, snapshot, sorted(evidence), listed, all_evidence, kind,
-                          protect_patterns, own_tree, units, context_gpus, facts)
-        holder['peer_gpus'] = peers.peer_gpus_of(evidence, listed, context_gpus, orphaned)
-        holders.append(holder)
+        held.append(Held(proc, sorted(evidence), listed, all_evidence, 'context' if context_gpus else 'handle',
+                         context_gpus, peers.peer_gpus_of(evidence, listed, context_gpus, orphaned)))
+    return held, clients, unconfirmed
+
+
+def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mib=128, facts=None,
+             owners=None, sorted_procs=None):
+    """Turn a snapshot into (holders, clients, unconfirmed): gpu_holder.Holder records, each
+    built once, and the unconfirmed entries (sort_processes says which is which).
+
+    `units`: system unit -> (Restart, ActiveState, ControlGroup); `facts`: {'user_units':
+    (uid, unit) -> the same from that user's manager, 'runtimes': (runtime, id) -> its
+    inspect, 'vendor_units': the backend's unit pattern} (gpu_trust.confirm). `owners`: PID ->
+    the final owner of a holder, resolved before (gpu_survey.Surveyor._owners: named by its
+    runtime, a supervisor's program); a holder not in it, and every client, has the owner its
+    cgroup names (cgroup_owner). `sorted_procs`: what sort_processes returned for this snapshot,
+    when the caller sorted it already to know whose owners to resolve.
+    """
+    units = units or {}
+    facts = dict(facts or {}, units=units)
+    owners = owners or {}
+    held, client_procs, unconfirmed = sorted_procs or sort_processes(snapshot, free_threshold_mib)
+    holders = [describe(h.proc, snapshot, h.gpus, h.listed, h.evidence, h.kind, protect_patterns, own_tree,
+                        units, h.context_gpus, facts, owner=owners.get(h.proc.pid), peer_gpus=h.peer_gpus)
+               for h in held]
+    clients = [describe(proc, snapshot, [], {}, set(), 'client', protect_patterns, own_tree, units, [], facts)
+               for proc in client_procs]
     return holders, clients, unconfirmed
 
 
-def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus,
-             facts=None):
-    """The holder dict of one process (the shape gpu_holders returns). `unit` is a unit of
-    the system manager only; a unit of a user's manager stays in `owner`."""
+def cgroup_owner(proc, units=None, facts=None):
+    """The owner a process's cgroup names (gpu_owner.owner_from_cgroup), `confirmed` filled in
+    by gpu_trust.confirm with what its manager or runtime says (classify's `units`, `facts`)."""
     facts = facts or {}
     owner = gpu_owner.owner_from_cgroup(proc.cgroup, getattr(proc, 'cgroup_uids', None))
-    owner['confirmed'] = trust.confirm(owner, units, facts.get('user_units'), facts.get('runtimes'))
-    code, detail = protection_code(proc, own_tree, patterns, owner, snapshot.infrastructure,
+    owner['confirmed'] = trust.confirm(owner, units or {}, facts.get('user_units'), facts.get('runtimes'))
+    return owner
+
+
+def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus,
+             facts=None, owner=None, peer_gpus=None):
+    """The gpu_holder.Holder of one process. `unit` is a unit of the system manager only; a unit
+    of a user's manager stays in `owner`. `owner` is its final owner when resolved before
+    (classify's `owners`), else the one its cgroup names.
+
+    Protection is judged on the owner its cgroup names, as root named it: a supervisor's program
+    (recognised by ancestry) gives it no shield and takes none away."""
+    facts = facts or {}
+    named = cgroup_owner(proc, units, facts)
+    code, detail = protection_code(proc, own_tree, patterns, named, snapshot.infrastructure,
                                    facts.get('vendor_units'), units)
+    owner = owner or named
     reason = say.protection(code, detail, proc.pid)
     unit = owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
     if unit:
@@ -342,37 +378,38 @@ def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, u
     parent_name = parent.name if parent else snapshot.related_names.get(proc.ppid)
     tracer = snapshot.procs.get(proc.tracer_pid)
     tracer_name = tracer.name if tracer else snapshot.related_names.get(proc.tracer_pid)
-    return {
-        'pid': proc.pid,
-        'start_time': proc.start_time,
-        'name': proc.name,
-        'cmdline': proc.cmdline,
-        'user': proc.user,
-        'state': proc.state,
-        'wchan': proc.wchan,
-        'ppid': proc.ppid,
-        'parent_name': parent_name,
-        'unit': unit,
-        'unit_restart': restart,
-        'unit_active': active,
-        'gpus': gpus,
-        'context_gpus': context_gpus,
-        'gpu_memory_mib': dict((str(i), m) for i, m in sorted(listed.items())) or None,
-        'evidence': sorted(evidence),
-        'kind': kind,
-        'other_pid_namespace': other_ns,
-        'owner': owner,
-        'ignores_sigterm': proc.ignores_sigterm,
+    return gpu_holder.Holder(
+        pid=proc.pid,
+        start_time=proc.start_time,
+        name=proc.name,
+        cmdline=proc.cmdline,
+        user=proc.user,
+        state=proc.state,
+        wchan=proc.wchan,
+        ppid=proc.ppid,
+        parent_name=parent_name,
+        unit=unit,
+        unit_restart=restart,
+        unit_active=active,
+        gpus=gpus,
+        context_gpus=context_gpus,
+        gpu_memory_mib=dict((str(i), m) for i, m in sorted(listed.items())) or None,
+        evidence=sorted(evidence),
+        kind=kind,
+        other_pid_namespace=other_ns,
+        owner=owner,
+        ignores_sigterm=proc.ignores_sigterm,
         # The kernel drops a signal whose action is the default for a PID namespace's init
         # (SIGKILL and SIGSTOP from an ancestor namespace excepted): with no handler of its own,
         # SIGTERM never reaches it (found on an H100: the ladder waited term_timeout for nothing).
-        'sigterm_dropped': namespace_init(proc) and not proc.handles_sigterm and not proc.ignores_sigterm,
-        'tracer_pid': proc.tracer_pid,
-        'tracer_name': tracer_name if proc.tracer_pid else None,
-        'protected': reason is not None,
-        'protected_reason': reason,
-        'protected_code': code,
-    }
+        sigterm_dropped=namespace_init(proc) and not proc.handles_sigterm and not proc.ignores_sigterm,
+        tracer_pid=proc.tracer_pid,
+        tracer_name=tracer_name if proc.tracer_pid else None,
+        protected=reason is not None,
+        protected_reason=reason,
+        protected_code=code,
+        peer_gpus=peer_gpus,
+    )
 
 
 _UNIT_SUFFIXES = ('.service', '.scope')
@@ -406,9 +443,9 @@ def snapshot_without(snapshot, holders, ended_pids):
     (Check mode walks on with it after a step it only recorded.)"""
     inheritors = {}
     for holder in holders:
-        if 'nvml' not in holder['evidence']:
-            for index in holder['context_gpus']:
-                inheritors.setdefault(index, []).append(holder['pid'])
+        if 'nvml' not in holder.evidence:
+            for index in holder.context_gpus:
+                inheritors.setdefault(index, []).append(holder.pid)
     dead = set(snapshot.nvml_missing_pids) | set(
         pid for pid, proc in snapshot.procs.items() if proc.state == 'zombie')
     gpus = []
@@ -446,9 +483,9 @@ def gpu_table(snapshot, holders, selected, free_threshold_mib, spared_pids=froze
     for gpu in snapshot.gpus:
         if gpu.index not in selected:
             continue
-        contexts = [h for h in holders if gpu.index in h['context_gpus']]
-        handles = [h for h in holders if gpu.index in h['gpus'] and h not in contexts]
-        unspared = [h for h in contexts if h['pid'] not in spared_pids]
+        contexts = [h for h in holders if gpu.index in h.context_gpus]
+        handles = [h for h in holders if gpu.index in h.gpus and h not in contexts]
+        unspared = [h for h in contexts if h.pid not in spared_pids]
         used_by_others = gpu.used_mib - spared_mib(gpu, spared_pids)
         rows.append({
             'index': gpu.index,
@@ -460,9 +497,9 @@ def gpu_table(snapshot, holders, selected, free_threshold_mib, spared_pids=froze
             'memory_used_mib': gpu.used_mib,
             'memory_reserved_mib': gpu.reserved_mib,
             'persistence_mode': gpu.persistence_mode,
-            'holders': [h['pid'] for h in contexts],
-            'handles': [h['pid'] for h in handles],
-            'peers': [h['pid'] for h in peers.peers_of_gpu(holders, gpu.index)],
+            'holders': [h.pid for h in contexts],
+            'handles': [h.pid for h in handles],
+            'peers': [h.pid for h in peers.peers_of_gpu(holders, gpu.index)],
             'free': used_by_others <= free_threshold_mib and not unspared,
         })
     return rows
@@ -487,14 +524,14 @@ def findings(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
         if gpu.index not in selected:
             continue
         row = [r for r in rows if r['index'] == gpu.index][0]
-        contexts = [h for h in holders if gpu.index in h['context_gpus']]
-        zombies = set(h['pid'] for h in holders if h['state'] == 'zombie')
+        contexts = [h for h in holders if gpu.index in h.context_gpus]
+        zombies = set(h.pid for h in holders if h.state == 'zombie')
         gone = [(pid, mib) for pid, mib in gpu.processes if pid in missing or pid in zombies]
         impossible = [(pid, mib) for pid, mib in gone if pid <= 0 or pid > PID_MAX_LIMIT]
         unresolved = [(pid, mib) for pid, mib in gone if (pid, mib) not in impossible]
         for pid, mib in impossible:
             found.append(Finding(lever.IMPOSSIBLE_PID, {'gpu': gpu.index, 'pid': pid, 'mib': mib}))
-        inheritors = [h for h in contexts if 'nvml' not in h['evidence']]
+        inheritors = [h for h in contexts if 'nvml' not in h.evidence]
         mappers = peers.peers_of_gpu(holders, gpu.index)
         for pid, mib in unresolved:
             if mappers:
@@ -515,25 +552,25 @@ def findings(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), blin
     for entry in unconfirmed:
         found.append(Finding(entry['code'], entry))
     for holder in holders:
-        if not set(holder['gpus']) & selected:
+        if not set(holder.gpus) & selected:
             continue
-        if holder['state'] == 'disk-sleep':
+        if holder.state == 'disk-sleep':
             found.append(Finding(lever.DISK_SLEEP, holder))
-        elif holder['state'] == 'zombie' and not any(
-                'nvml' not in h['evidence'] and set(h['context_gpus']) & set(holder['gpus'])
+        elif holder.state == 'zombie' and not any(
+                'nvml' not in h.evidence and set(h.context_gpus) & set(holder.gpus)
                 for h in holders):
             found.append(Finding(lever.ZOMBIE, holder))
-        elif holder['tracer_pid']:
+        elif holder.tracer_pid:
             found.append(Finding(lever.TRACED, holder))
-        elif holder['state'] == 'stopped':
+        elif holder.state == 'stopped':
             found.append(Finding(lever.STOPPED, holder))
-        elif holder['state'] == 'zombie-leader':
+        elif holder.state == 'zombie-leader':
             found.append(Finding(lever.ZOMBIE_LEADER, holder))
-        if holder['unit'] and holder['unit_restart'] not in (None, 'no') and holder['pid'] not in spared_pids:
+        if holder.unit and holder.unit_restart not in (None, 'no') and holder.pid not in spared_pids:
             found.append(Finding(lever.UNIT_RESTARTS, holder))
-        if set(holder['context_gpus']) & selected and lever.by_hand(holder) is not None:
+        if set(holder.context_gpus) & selected and lever.by_hand(holder) is not None:
             found.append(Finding(lever.OWNER_LEVER, holder))
-        if holder['other_pid_namespace'] and not holder['protected']:
+        if holder.other_pid_namespace and not holder.protected:
             found.append(Finding(lever.OTHER_PID_NAMESPACE, holder))
     if snapshot.unreadable and not blind:
         # Not blind means this module holds CAP_SYS_PTRACE: "run as root" would be the wrong
@@ -547,7 +584,8 @@ def holder_matches(holder, match_patterns):
 
 
 def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), peers_too=False):
-    """Split the context holders of the selected GPUs into (targets, left), each left with a reason.
+    """Split the context holders of the selected GPUs into (targets, left): targets are
+    gpu_holder.Holder records, left gpu_holder.Left ones, each with its reason and code.
 
     Handle-only holders are never targets: on a real host every CUDA process has every GPU's
     node open, so a handle names no GPU the process uses, and killing it frees no memory.
@@ -558,11 +596,11 @@ def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), pee
     selected = set(selected)
     targets, left = [], []
     for holder in holders:
-        if not peers.holder_gpus(holder, peers_too) & selected or holder['pid'] in spared_pids:
+        if not peers.holder_gpus(holder, peers_too) & selected or holder.pid in spared_pids:
             continue
         code = skip_code(holder, match_patterns)
         if code:
-            left.append(dict(holder, reason=say.skip(holder, code), reason_code=code))
+            left.append(holder.left(code, say.skip(holder, code)))
         else:
             targets.append(holder)
     return targets, left
@@ -586,7 +624,7 @@ def containers_to_stop(holders, selected, match_patterns, protected_ids=frozense
     selected = set(selected)
     found = []
     for holder in holders:
-        if not set(holder['context_gpus']) & selected:
+        if not set(holder.context_gpus) & selected:
             continue
         chosen = lever.container_lever(holder, match_patterns, protected_ids)
         if chosen.refusal is None and all(c['id'] != chosen.owner['id'] for c in found):
@@ -600,7 +638,7 @@ def supervised_to_stop(holders, selected, match_patterns):
     selected = set(selected)
     found, seen = [], set()
     for holder in holders:
-        if not set(holder['context_gpus']) & selected:
+        if not set(holder.context_gpus) & selected:
             continue
         chosen = lever.supervised_lever(holder, match_patterns)
         if chosen.refusal is None and chosen.key not in seen:
@@ -612,11 +650,11 @@ def supervised_to_stop(holders, selected, match_patterns):
 def sigterm_futile_code(holder):
     """Why SIGTERM cannot end this holder, so SIGKILL follows at once (gpu_lever.SIGTERM_IGNORED,
     SIGTERM_DROPPED, TRACED_STOPPED), or None."""
-    if holder['ignores_sigterm']:
+    if holder.ignores_sigterm:
         return lever.SIGTERM_IGNORED
-    if holder['sigterm_dropped']:
+    if holder.sigterm_dropped:
         return lever.SIGTERM_DROPPED
-    if holder['state'] == 'tracing-stop':
+    if holder.state == 'tracing-stop':
         return lever.TRACED_STOPPED
     return None
 

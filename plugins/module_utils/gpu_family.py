@@ -9,7 +9,8 @@ pod) answers six questions:
 
 - recognise: which owner a process has, from its cgroup path's parts (`recognise`: gpu_families
   hands each family's to gpu_owner.owner_from_path, which knows only systemd's generic layout)
-  or from its ancestry (`recognise_all`, after the cgroups: a supervisor);
+  or from its ancestry (`recognise_all`, after the cgroups and before any holder is built: a
+  supervisor);
 - facts: what the owner's manager or CLI says about it, read bounded (`facts_key`, `facts`);
 - lever: the holder's gpu_lever.Lever, or its refusal code (through gpu_trust);
 - pull: the lever pulled through the actor (gpu_act), the outcome judged;
@@ -85,7 +86,7 @@ class Family(object):
     @staticmethod
     def candidate(holder, selected):
         """Whether the Ladder plans this holder's lever: it holds a context on a selected GPU."""
-        return bool(set(holder['context_gpus']) & selected)
+        return bool(set(holder.context_gpus) & selected)
 
     @staticmethod
     def seen(chosen, watch):

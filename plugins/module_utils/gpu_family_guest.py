@@ -104,7 +104,7 @@ def claimed(survey, units):
     with its GPU still reading free, and the failure named only another GPU's protected holder."""
     if not units:
         return survey
-    held = set(g for h in survey.holders_of_selected() if lever.guest_unit(h) in units for g in h['gpus'])
+    held = set(g for h in survey.holders_of_selected() if lever.guest_unit(h) in units for g in h.gpus)
     for row in survey.rows:
         if row['index'] in held:
             row['free'] = False

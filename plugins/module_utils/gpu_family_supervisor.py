@@ -5,8 +5,9 @@
 rows).
 
 - recognise: on the holder's ancestry, never from a cgroup (every program sits in its
-  supervisor's unit): `recognise_all` matches each holder's chain by identity
-  (gpu_supervisor.match) and makes its owner that supervisor's program;
+  supervisor's unit): `recognise_all` matches each holding process's chain by identity
+  (gpu_supervisor.match) and gives that supervisor's program as its owner, before the holder
+  is built (gpu_survey.Surveyor._owners);
 - facts: the supervisor's own status, asked once per supervisor and survey while it answers (a
   CLI that is missing or hangs is not asked again this run);
 - lever: the supervisor's stop of that one program (gpu_lever.supervised_lever);
@@ -49,7 +50,7 @@ class Supervisor(family.Family):
 
     @staticmethod
     def owned(chosen, planned):
-        return [h for h, _one in planned if supervisors.key(h['owner']) == chosen.key]
+        return [h for h, _one in planned if supervisors.key(h.owner) == chosen.key]
 
     def pull(self, chosen, owned, ladder):
         result, changed, error = stop(ladder.actor, chosen, owned, ladder.grace(), ladder.surveyor.nvml_timeout)
@@ -72,18 +73,20 @@ class Supervisor(family.Family):
             'command': supervisors.manual(owner)}
 
     @staticmethod
-    def recognise_all(holders, units, timeout, surveyor, proc='/proc'):
-        """Make the owner of each holder that a process supervisor runs that supervisor's
-        program: matched by identity on the holder's ancestry, the program from the
-        supervisor's own status. A holder in a container, pod or guest is theirs. Also notes
-        the system units whose MainPID is a supervisor (never stopped whole)."""
-        checked = set()
+    def recognise_all(procs, owners, units, timeout, surveyor, proc='/proc'):
+        """PID -> the supervisor's program owner of each of `procs` (gpu_observe.ProcState) that
+        a process supervisor runs, before any holder is built: matched by identity on the
+        process's ancestry, the program from the supervisor's own status. `owners` are the
+        owners their cgroups name, confirmed (gpu_decide.cgroup_owner); a process in a
+        container, pod or guest is theirs. Also notes the system units whose MainPID is a
+        supervisor (never stopped whole)."""
+        checked, programs = set(), {}
         # Each process read once per survey: 24 ranks under one launcher read its chain 24 times.
         # With Watch.add's the same, the first signal on them came at 34 ms instead of 52
         # (bench/run reclaim --shape ranks, 5 reps, medians; cProfile: 29 ms here, 9 in Watch.add).
         links = {}
-        for holder in holders:
-            owner = holder['owner']
+        for one in procs:
+            owner = owners[one.pid]
             if owner['kind'] in _THEIRS:
                 continue
             system = owner['kind'] == gpu_owner.SERVICE and owner['manager'] == gpu_owner.SYSTEM_MANAGER \
@@ -94,17 +97,18 @@ class Supervisor(family.Family):
                 checked.add(owner['unit'])
                 if supervisors.daemon_row(observe.supervisor_chain(main_pid, proc, depth=0, links=links), main_pid):
                     surveyor.supervisor_units.add(owner['unit'])
-            if not holder['ppid'] or holder['ppid'] <= 1 or holder['ppid'] in surveyor.own_ancestors:
+            if not one.ppid or one.ppid <= 1 or one.ppid in surveyor.own_ancestors:
                 continue   # an orphan of PID 1 (the seeds) or the module's own child: no supervisor above
-            chain = observe.supervisor_chain(holder['pid'], proc, links=links)
-            if not chain or chain[0].start_time != holder['start_time']:
+            chain = observe.supervisor_chain(one.pid, proc, links=links)
+            if not chain or chain[0].start_time != one.start_time:
                 continue
             found = supervisors.match(chain, main_pid)
             if not found:
                 continue
             if system:
                 surveyor.supervisor_units.add(owner['unit'])
-            holder['owner'] = _program_owner(owner, found, timeout, surveyor)
+            programs[one.pid] = _program_owner(owner, found, timeout, surveyor)
+        return programs
 
 
 def stop(actor, chosen, holders, grace, status_timeout):
@@ -167,7 +171,7 @@ def stop(actor, chosen, holders, grace, status_timeout):
             'code': supervisors.CAME_BACK if pid else supervisors.CLI_FAILED, 'text': text}
     left = actor.alive(holders)
     return (say.step(lever.SUPERVISED_STOPPED, waited=waited, command=' '.join(chosen.argv), watched=watched,
-                     left=[h['pid'] for h in left]), True, None)
+                     left=[h.pid for h in left]), True, None)
 
 
 def _program_owner(owner, found, timeout, surveyor):

@@ -29,7 +29,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_result
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 # The survey's names, as the modules and tests import them from here.
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_survey import (  # noqa: F401 pylint: disable=unused-import
-    SURVEY_ARGUMENT_SPEC, Survey, Surveyor, name_owners, pattern_error, pattern_set, survey_param_error,
+    SURVEY_ARGUMENT_SPEC, Survey, Surveyor, pattern_error, pattern_set, survey_param_error,
     survey_result, surveyor_from_params)
 
 # gpu_reclaim's own options; documented in its DOCUMENTATION.
@@ -182,7 +182,7 @@ class Ladder(object):
             if attempt > 0:
                 self.record(act.Action('rescan', 'GPU %s' % _indices(current.selected),
                                        say.step(lever.RESCAN_FOUND, count=len(targets)), False,
-                                       pids=[t['pid'] for t in targets]))
+                                       pids=[t.pid for t in targets]))
             self._watch_parents(targets)
             self._escalate(targets)
             current, left = self._verify(targets)
@@ -209,7 +209,7 @@ class Ladder(object):
         """This pass's targets: the holders to signal, and the respawners (with what they
         started) to end, each once."""
         targets = self._targets(survey) + self.watch.take_next_targets()
-        return _unique([t for t in targets if (t['pid'], t['start_time']) not in self.killed])
+        return _unique([t for t in targets if (t.pid, t.start_time) not in self.killed])
 
     def _verify(self, signalled):
         """A new survey after the pull. The guests' systemd of what this run killed, in this pass
@@ -271,7 +271,7 @@ class Ladder(object):
             return []
         if targets is None:
             selected = set(survey.selected)
-            pool = [h for h in survey.holders if h['pid'] not in survey.spared_pids]
+            pool = [h for h in survey.holders if h.pid not in survey.spared_pids]
         else:
             selected, pool = None, targets
         planned = [(h, one.lever(h, context)) for h in pool]
@@ -287,7 +287,7 @@ class Ladder(object):
             result, changed = one.pull(chosen, owned, self)
             one.comeback(chosen, changed, self.watch)
             if changed and one.ends_holders:
-                self.ended_gpus.update(g for h in owned for g in h['gpus'])
+                self.ended_gpus.update(g for h in owned for g in h.gpus)
             step, target, details = one.phrase(chosen)
             self.record(act.Action(step, target, result, changed, **details), since)
         return pulled
@@ -305,7 +305,7 @@ class Ladder(object):
         when one did."""
         if not self.watch.parents.watched():
             return False
-        holders = set(h['pid'] for h in survey.holders_of_selected() if h['context_gpus'])
+        holders = set(h.pid for h in survey.holders_of_selected() if h.context_gpus)
         found = self.watch.parents.poll(holders)
         for pid, new_pids in sorted(found.items()):
             self._respawn(pid, new_pids, survey)
@@ -347,18 +347,18 @@ class Ladder(object):
             parent = self.surveyor.describe(pid, survey.snapshot)
         except observe.ProcessGone:
             return
-        if parent['start_time'] != entry.start_time:
+        if parent.start_time != entry.start_time:
             return
-        holds_gpu = any(h['pid'] == pid for h in survey.holders)
+        holds_gpu = any(h.pid == pid for h in survey.holders)
         refusal = lever.respawner_lever(parent, self.match, holds_gpu).refusal
         back = {'ended': entry.ended, 'new_pids': new_pids, 'after_s': self.clock() - entry.since}
         if refusal:
-            self.watch.respawners.append(dict(parent, reason=say.respawner_refusal(parent, refusal),
-                                              respawned=say.came_back(**back)))
+            self.watch.respawners.append(parent.left(lever.RESPAWNS, say.respawner_refusal(parent, refusal),
+                                                     respawned=say.came_back(**back)))
             result = say.step(lever.RESPAWNER_REFUSED, back=back, parent=parent, refusal=refusal)
         else:
             result = say.step(lever.RESPAWNER_TARGET, back=back, depth=entry.depth)
-        self.record(act.Action('respawn', say.who(parent), result, False, pid=pid, name=parent['name'],
+        self.record(act.Action('respawn', say.who(parent), result, False, pid=pid, name=parent.name,
                                pids=list(new_pids)))
         if not refusal:
             self.watch.next_targets += self._freeze(parent, entry, survey)
@@ -375,9 +375,9 @@ class Ladder(object):
             for holder in candidates:
                 action = self._signal(holder, signal.SIGSTOP)
                 if action.changed:
-                    self.watch.frozen[(holder['pid'], holder['start_time'])] = holder
+                    self.watch.frozen[(holder.pid, holder.start_time)] = holder
                     if holder is parent:
-                        self.watch.frozen_respawners.add((holder['pid'], holder['start_time']))
+                        self.watch.frozen_respawners.add((holder.pid, holder.start_time))
                     frozen.append(holder)
             fresh = [p for p in self.watch.parents.new_descendants(entry) if p not in seen]
             seen.update(fresh)
@@ -387,7 +387,7 @@ class Ladder(object):
                     child = self.surveyor.describe(pid, survey.snapshot)
                 except observe.ProcessGone:
                     continue
-                if not child['protected']:
+                if not child.protected:
                     candidates.append(child)
             if not candidates:
                 break
@@ -397,10 +397,11 @@ class Ladder(object):
         """Respawners still to be ended when the passes ran out are named, not ended, and what it
         froze is let go (SIGCONT): the host is left as it was found."""
         for target in self.watch.take_next_targets():
-            key = (target['pid'], target['start_time'])
+            key = (target.pid, target.start_time)
             if key in self.watch.frozen_respawners and key not in self.killed:
-                self.watch.respawners.append(dict(target, reason=say.respawner_refusal(target, lever.PASSES_RAN_OUT),
-                                                  respawned='see actions'))
+                self.watch.respawners.append(target.left(lever.RESPAWNS,
+                                                         say.respawner_refusal(target, lever.PASSES_RAN_OUT),
+                                                         respawned='see actions'))
         self._thaw()
 
     def _thaw(self):
@@ -427,10 +428,10 @@ class Ladder(object):
             # A stopped process acts on SIGTERM only once continued: SIGCONT right after it, as
             # systemd does.
             for holder, action in terms:
-                frozen = (holder['pid'], holder['start_time']) in self.watch.frozen
-                if action.changed and (holder['state'] == 'stopped' or frozen):
+                frozen = (holder.pid, holder.start_time) in self.watch.frozen
+                if action.changed and (holder.state == 'stopped' or frozen):
                     self._signal(holder, signal.SIGCONT)
-                    self.watch.frozen.pop((holder['pid'], holder['start_time']), None)
+                    self.watch.frozen.pop((holder.pid, holder.start_time), None)
             # A process whose SigIgn mask holds SIGTERM provably ignores it (SGLang's schedulers
             # before their first request, say), and a traced stopped one cannot act on it:
             # waiting out the grace for them frees nothing.
@@ -449,10 +450,10 @@ class Ladder(object):
         self._wait_outcomes(killed, max(self.term_timeout, 1.0), 'SIGKILL')
         for holder, _action in killed:
             if self.actor.alive([holder]):
-                self.unreachable.add(holder['pid'])
+                self.unreachable.add(holder.pid)
                 self.record(act.Action('unreachable', say.who(holder),
                                        say.step(lever.ALIVE_AFTER_KILL_STEP, state=self.actor.state_of(holder)),
-                                       False, pid=holder['pid'], name=holder['name']))
+                                       False, pid=holder.pid, name=holder.name))
 
     def _wait_outcomes(self, sent, timeout, signame):
         """Wait for the processes `sent` (holder, action) a signal to exit; say in each action
@@ -463,24 +464,24 @@ class Ladder(object):
         for holder, action in sent:
             if not action.changed:
                 continue
-            if holder['pid'] in gone_at:
-                action.took_s = round(max(0.0, gone_at[holder['pid']] - self.started - action.at_s), 3)
+            if holder.pid in gone_at:
+                action.took_s = round(max(0.0, gone_at[holder.pid] - self.started - action.at_s), 3)
                 action.result = say.step(lever.EXITED, signal=signame, took=action.took_s)
             elif signame == 'SIGTERM':
                 action.result = say.step(lever.STILL_RUNNING, signal=signame, took=timeout)
 
     def _kill(self, holder):
         action = self._signal(holder, signal.SIGKILL)
-        self.killed.add((holder['pid'], holder['start_time']))
+        self.killed.add((holder.pid, holder.start_time))
         return holder, action
 
     def _signal(self, holder, signum):
         result, changed = self.actor.signal(holder, signum, self.surveyor.own_ancestors)
         if changed:
-            self.ended_gpus.update(holder['gpus'])
+            self.ended_gpus.update(holder.gpus)
         step = act.SIGNAL_NAMES[signum].lower()
-        return self.record(act.Action(step, say.who(holder), result, changed, pid=holder['pid'],
-                                      name=holder['name'], gpus=holder['gpus']))
+        return self.record(act.Action(step, say.who(holder), result, changed, pid=holder.pid,
+                                      name=holder.name, gpus=holder.gpus))
 
     def _wait_release(self, survey):
         """Wait for the memory of the GPUs that can still come back; end at once when none can.
@@ -491,11 +492,11 @@ class Ladder(object):
         """
         selected, spared = survey.selected, survey.spared_pids
         targets, left = decide.plan_targets(survey.holders, selected, self.match, spared)
-        keepers = dict((h['pid'], h) for h in left)
-        keepers.update((h['pid'], h) for h in targets if h['pid'] in self.unreachable)
+        keepers = dict((h.pid, h) for h in left)
+        keepers.update((h.pid, h) for h in targets if h.pid in self.unreachable)
         # A guest's systemd seen restarting what was killed from here brings it back as often as
         # it is killed, and this host cannot stop that unit: its GPU is not waited for.
-        keepers.update((h['pid'], h) for h in targets if _guest_unit(h) in self.watch.guest_units)
+        keepers.update((h.pid, h) for h in targets if _guest_unit(h) in self.watch.guest_units)
         hopeful, blocked, unseen = [], {}, []
         for row in survey.rows:
             if row['free']:
@@ -545,9 +546,9 @@ class Ladder(object):
             if row['free']:
                 continue
             target = 'GPU %d' % row['index']
-            users = [h for h in survey.holders if row['index'] in h['gpus']]
+            users = [h for h in survey.holders if row['index'] in h.gpus]
             if users:
-                self.record(act.Action('reset', target, say.step(lever.RESET_SKIPPED, pids=[h['pid'] for h in users]),
+                self.record(act.Action('reset', target, say.step(lever.RESET_SKIPPED, pids=[h.pid for h in users]),
                                        False, gpu=row['index']))
                 continue
             for what, argv in self.surveyor.backend.reset_commands(row['index'], row['persistence_mode']):
@@ -563,15 +564,15 @@ class Ladder(object):
 def _unique(holders):
     seen, out = set(), []
     for holder in holders:
-        if holder['pid'] not in seen:
-            seen.add(holder['pid'])
+        if holder.pid not in seen:
+            seen.add(holder.pid)
             out.append(holder)
     return out
 
 
 def _held_code(holder, unreachable, restarting_guest_units=frozenset()):
     """Why a holder keeps its GPU, so the GPU is not waited for (gpu_say.held writes it)."""
-    if holder['pid'] in unreachable:
+    if holder.pid in unreachable:
         return lever.ALIVE_AFTER_KILL
     if _guest_unit(holder) in restarting_guest_units:
         return lever.GUEST_RESTARTS

@@ -304,26 +304,26 @@ def unit_argv(manager, action, unit):
 # ---------------------------------------------------------------------------------------------
 
 def _owner(holder):
-    return holder.get('owner') or gpu_owner.new_owner(gpu_owner.NONE)
+    return holder.owner or gpu_owner.new_owner(gpu_owner.NONE)
 
 
 def is_container_init(holder):
-    return holder.get('protected_code') == INIT_SHIELD
+    return holder.protected_code == INIT_SHIELD
 
 
 def matches(holder, match_patterns):
     if not match_patterns:
         return True
-    return any(p.search(holder['name']) or p.search(holder['cmdline']) for p in match_patterns)
+    return any(p.search(holder.name) or p.search(holder.cmdline) for p in match_patterns)
 
 
 def skip_code(holder, match_patterns):
     """Why the ladder leaves this holder alone (a reason code), or None when it is a target."""
-    if holder['pid'] <= 1:
+    if holder.pid <= 1:
         return INIT
-    if holder['protected']:
+    if holder.protected:
         return PROTECTED
-    if holder['state'] == 'zombie':
+    if holder.state == 'zombie':
         return ZOMBIE
     if not matches(holder, match_patterns):
         return UNMATCHED
@@ -348,7 +348,7 @@ def runtime_unreachable(owner):
 
 def signal_lever(holder, match_patterns):
     """The ladder's own lever, SIGTERM then SIGKILL on the holder (gpu_act.send_signal)."""
-    return lever(SIGNAL, (holder['pid'], holder['start_time']), _owner(holder),
+    return lever(SIGNAL, (holder.pid, holder.start_time), _owner(holder),
                  refusal=skip_code(holder, match_patterns))
 
 
@@ -356,17 +356,17 @@ def unit_lever(holder, protected_units=(), vendor_units=None, allowed=True, is_p
     """`systemctl stop UNIT` for the system service owning the holder: only where root named the
     cgroup and systemd confirmed the unit owns it (gpu_trust.STOP_UNIT); never a unit of
     `protected_units` or one `is_protected(unit, vendor_units)` names (gpu_decide.protected_unit)."""
-    unit = holder.get('unit')
+    unit = holder.unit
     owner = _owner(holder)
     if not unit or not unit.endswith('.service'):
         return lever(STOP_UNIT, unit, owner, refusal=NOT_A_SERVICE)
     row = UNITS[gpu_owner.SYSTEM_MANAGER]
-    refusal = trust.refusal(STOP_UNIT, holder.get('owner'))
+    refusal = trust.refusal(STOP_UNIT, holder.owner)
     if refusal is None and (unit in protected_units or (is_protected and is_protected(unit, vendor_units))):
         refusal = NEVER_STOPPED
     if refusal is None and not allowed:
         refusal = OPTION_OFF
-    restarts = holder.get('unit_restart') not in (None, 'no')
+    restarts = holder.unit_restart not in (None, 'no')
     return lever(STOP_UNIT, unit, owner, unit_argv(gpu_owner.SYSTEM_MANAGER, 'stop', unit), refusal,
                  row['watch'] if restarts else None)
 
@@ -380,7 +380,7 @@ def user_unit_lever(holder, allowed=True):
     if refusal is None and not allowed:
         refusal = OPTION_OFF
     argv = unit_argv(gpu_owner.USER_MANAGER, 'stop', owner['unit']) if refusal is None else None
-    restarts = holder.get('unit_restart') not in (None, 'no')
+    restarts = holder.unit_restart not in (None, 'no')
     return lever(STOP_USER_UNIT, key, owner, argv, refusal,
                  UNITS[gpu_owner.USER_MANAGER]['watch'] if restarts else None)
 
@@ -407,7 +407,7 @@ def container_lever(holder, match_patterns=(), protected_ids=frozenset(), allowe
     argv = runtime_argv(owner.get('runtime'), 'stop', owner, grace)
     if refusal is None and not argv:
         refusal = NO_STOP
-    if refusal is None and holder['protected'] and not is_container_init(holder):
+    if refusal is None and holder.protected and not is_container_init(holder):
         refusal = PROTECTED
     if refusal is None and not matches(holder, match_patterns):
         refusal = UNMATCHED
@@ -429,9 +429,9 @@ def supervised_lever(holder, match_patterns=(), allowed=True, grace=0):
     key = supervisors.key(owner)
     if not supervisors.stoppable(owner):
         refusal = supervisors.skip_code(owner)
-    elif holder['protected']:
+    elif holder.protected:
         refusal = PROTECTED
-    elif holder['state'] == 'zombie':
+    elif holder.state == 'zombie':
         refusal = ZOMBIE
     elif not matches(holder, match_patterns):
         refusal = UNMATCHED
@@ -456,14 +456,14 @@ def respawner_lever(parent, match_patterns, holds_gpu):
     """The live ancestor that respawned ended holders, as the next target: refused when it is
     protected, when `match` is given and it does not match, or, without `match`, when it holds
     a GPU itself."""
-    if parent['protected']:
+    if parent.protected:
         refusal = PROTECTED
     elif match_patterns:
         refusal = None if matches(parent, match_patterns) else UNMATCHED
     else:
         refusal = HOLDS_GPU if holds_gpu else None
-    return lever(STOP_RESPAWNER, (parent['pid'], parent.get('start_time')), _owner(parent),
-                 ['kill', '%d' % parent['pid']], refusal, WATCH_PARENT)
+    return lever(STOP_RESPAWNER, (parent.pid, parent.start_time), _owner(parent),
+                 ['kill', '%d' % parent.pid], refusal, WATCH_PARENT)
 
 
 def by_hand(holder):
@@ -516,7 +516,7 @@ def of(holder, match_patterns=(), protected_units=(), protected_ids=frozenset(),
             return chosen
     if kind in (gpu_owner.POD, gpu_owner.GUEST, gpu_owner.CONTAINER):
         return by_hand(holder) or signal_lever(holder, match_patterns)
-    if owner.get('manager') == gpu_owner.SYSTEM_MANAGER and (holder.get('unit') or '').endswith('.service'):
+    if owner.get('manager') == gpu_owner.SYSTEM_MANAGER and (holder.unit or '').endswith('.service'):
         return unit_lever(holder, protected_units, allowed=options.get('stop_units', True), is_protected=is_protected)
     if owner.get('manager') == gpu_owner.USER_MANAGER:
         return user_unit_lever(holder, options.get('stop_units', True))

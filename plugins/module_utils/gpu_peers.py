@@ -8,7 +8,7 @@ Measured on 2x H200 (tests/gpu scenario s8): with NCCL tensor parallelism, after
 both GPUs. So memory charged to nobody on a GPU that a live process with a context elsewhere
 maps is explained by that process, not by a leak, and a reset is the wrong lever while it lives.
 
-Pure rules, no I/O: holders are gpu_decide's holder dicts. gpu_say writes the sentences.
+Pure rules, no I/O: holders are gpu_holder.Holder records. gpu_say writes the sentences.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,7 +32,7 @@ def peer_gpus_of(evidence, listed, context_gpus, orphaned):
 
 def peers_of_gpu(holders, index):
     """The holders that map peer memory on GPU `index`."""
-    return [h for h in holders if index in (h.get('peer_gpus') or [])]
+    return [h for h in holders if index in (h.peer_gpus or [])]
 
 
 def peer_mappers(holders, rows):
@@ -55,7 +55,7 @@ def peer_sentences(holders, rows):
 
 def holder_gpus(holder, peers):
     """The GPUs a holder counts on for targeting: its contexts, plus its peer GPUs with `peers`."""
-    gpus = set(holder['context_gpus'])
+    gpus = set(holder.context_gpus)
     if peers:
-        gpus |= set(holder.get('peer_gpus') or [])
+        gpus |= set(holder.peer_gpus or [])
     return gpus

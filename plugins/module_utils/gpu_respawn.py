@@ -145,22 +145,22 @@ class Watch(object):
     # --- the watch --------------------------------------------------------------------------
 
     def add(self, targets):
-        """Before `targets` (holder dicts) are ended: watch the live ancestors of each."""
-        ending = set(t['pid'] for t in targets)
+        """Before `targets` (gpu_holder.Holder records) are ended: watch the live ancestors of each."""
+        ending = set(t.pid for t in targets)
         own_tree = self.reader.own_ancestors
         # Each ancestor read once per call, not once per target below it: 24 ranks under one
         # launcher read it 24 times (with gpu_family_supervisor's recognise_all the same: first
         # signal at 34 ms instead of 52, bench/run reclaim --shape ranks).
         links = {}
         for target in targets:
-            parent = target.get('ppid')
+            parent = target.ppid
             if not parent or parent < 1 or parent in own_tree or (parent == 1 and not self._init_respawns()):
                 continue   # an orphan of a systemd PID 1 (the seeds) or the module's own child: nothing to read
             try:
-                first = self.reader.peek(target['pid'])
+                first = self.reader.peek(target.pid)
             except self.proc_error:
                 continue
-            if first.start_time != target['start_time']:
+            if first.start_time != target.start_time:
                 continue
             chain, pid = [first], first.ppid
             while len(chain) <= MAX_DEPTH and pid > 1 and pid not in own_tree:
@@ -175,14 +175,14 @@ class Watch(object):
                 if boundary(link, own_tree):
                     break
                 if pid not in ending:
-                    self._watch(link, chain, target['pid'])
+                    self._watch(link, chain, target.pid)
                 if link.protected == NAMESPACE_INIT:
                     break
                 chain.append(link)
                 pid = link.ppid
             else:
                 if pid == 1 and self._init_respawns():
-                    self._watch_init(chain, target['pid'])
+                    self._watch_init(chain, target.pid)
 
     def _init_respawns(self):
         """Whether PID 1 is watched: the reader's init_respawns() says it is no systemd manager (a
@@ -295,10 +295,10 @@ class Comebacks(object):
         self.containers = set()
         self.supervised = set()
         self.parents = Watch(reader, clock, proc_error)
-        self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped
+        self.frozen = {}          # (pid, start_time) -> respawner or new process of one it SIGSTOPped (its Holder)
         self.frozen_respawners = set()  # (pid, start_time) of the respawners themselves among them
         self.next_targets = []    # respawners (and their new processes) to end next
-        self.respawners = []      # respawning ancestors this run may not end: the failure names them
+        self.respawners = []      # respawning ancestors this run may not end (gpu_holder.Left): the failure names them
         self.guest_units = set()  # (guest cgroup, unit) seen restarting what was killed
         self.guest_pending = set()  # (guest cgroup, unit) of holders killed, not yet watched
 

@@ -24,7 +24,7 @@ def _common(ladder, first):
         'actions': [a.as_result() for a in ladder.actions],
         'before': first.rows,
         'elapsed_s': round(ladder.clock() - ladder.started, 3),
-        'holders': first.holders_of_selected(),
+        'holders': [h.as_result() for h in first.holders_of_selected()],
         'backend': first.snapshot.backend,
     }
 
@@ -35,7 +35,7 @@ def interrupted(ladder, first, exc):
     result.update({
         'after': [],
         'free': False,
-        'spared': first.spared,
+        'spared': [h.as_result() for h in first.spared],
         'remaining': [],
         'diagnosis': first.diagnosis,
         'msg': say.interrupted(exc, len(ladder.actions)),
@@ -50,28 +50,26 @@ def result(ladder, first, last):
     if not last.free:
         targets, left = decide.plan_targets(last.holders, last.selected, ladder.match, last.spared_pids,
                                             ladder.peers)
-        remaining = left + [dict(t, reason=say.remaining(decide.SURVIVED), reason_code=decide.SURVIVED)
-                            for t in targets]
+        remaining = left + [t.left(decide.SURVIVED, say.remaining(decide.SURVIVED)) for t in targets]
         held = set(row['index'] for row in last.rows if not row['free'])
-        seen = set(h['pid'] for h in remaining) | last.spared_pids
+        seen = set(h.pid for h in remaining) | last.spared_pids
         # Handles on a GPU still held block its reset; name them, never signal them. A peer
         # mapper is named with what holds the memory and the lever (peers: true).
         for h in last.holders:
-            if h['pid'] in seen or not set(h['gpus']) & held:
+            if h.pid in seen or not set(h.gpus) & held:
                 continue
-            peer_held = sorted(held & set(h['peer_gpus']))
+            peer_held = sorted(held & set(h.peer_gpus))
             if peer_held:
-                remaining.append(dict(h, reason=say.remaining(decide.PEER_MEMORY, peer_held),
-                                      lever=say.peer_lever(h, peer_held[0]), reason_code=decide.PEER_MEMORY))
+                remaining.append(h.left(decide.PEER_MEMORY, say.remaining(decide.PEER_MEMORY, peer_held),
+                                        lever=say.peer_lever(h, peer_held[0])))
             else:
-                remaining.append(dict(h, reason=say.remaining(decide.DEVICE_OPEN), reason_code=decide.DEVICE_OPEN))
-    for parent in ladder.watch.respawners:
-        remaining.append(dict(((k, v) for k, v in parent.items() if k != 'respawned'), reason_code=decide.RESPAWNS))
+                remaining.append(h.left(decide.DEVICE_OPEN, say.remaining(decide.DEVICE_OPEN)))
+    remaining += ladder.watch.respawners
     result.update({
         'after': last.rows,
         'free': last.free and not ladder.watch.respawners,
-        'spared': last.spared,
-        'remaining': remaining,
+        'spared': [h.as_result() for h in last.spared],
+        'remaining': [entry.as_result() for entry in remaining],
         'diagnosis': last.diagnosis,
     })
     if not result['free'] and not ladder.actor.recording:

@@ -59,11 +59,11 @@ def skip(holder, code):
     if code not in (lever.INIT, lever.PROTECTED, lever.ZOMBIE, lever.UNMATCHED):
         return owner_clause(holder, lever.by_hand(holder))   # its owner's lever is the reason
     if code == lever.INIT:
-        return 'PID %d is never signalled' % holder['pid']
+        return 'PID %d is never signalled' % holder.pid
     if code == lever.PROTECTED:
-        return 'protected: %s' % holder['protected_reason']
+        return 'protected: %s' % holder.protected_reason
     if code == lever.ZOMBIE:
-        return 'zombie: its parent PID %s (%s) must reap it' % (holder['ppid'], escape_text(holder['parent_name']))
+        return 'zombie: its parent PID %s (%s) must reap it' % (holder.ppid, escape_text(holder.parent_name))
     return 'does not match the match filter'
 
 
@@ -73,7 +73,7 @@ def respawner_refusal(parent, code):
     if code is None:
         return None
     if code == lever.PROTECTED:
-        return 'it is protected (%s)' % parent['protected_reason']
+        return 'it is protected (%s)' % parent.protected_reason
     if code == lever.UNMATCHED:
         return 'it does not match `match`'
     if code == lever.PASSES_RAN_OUT:
@@ -90,7 +90,7 @@ def sigterm_futile(holder, code):
     if code == lever.SIGTERM_DROPPED:
         return 'dropped by the kernel (PID 1 of its PID namespace, no SIGTERM handler)'
     return ('traced by PID %s (%s) and stopped: it acts on no signal but SIGKILL until its '
-            'tracer lets it go' % (holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown'))
+            'tracer lets it go' % (holder.tracer_pid, escape_text(holder.tracer_name) or 'unknown'))
 
 
 def remaining(code, peer_gpus=()):
@@ -107,10 +107,10 @@ def held(holder, code):
     """Why a holder keeps its GPU, so the GPU is not waited for (gpu_flow's wait_release codes:
     gpu_lever.ALIVE_AFTER_KILL, GUEST_RESTARTS, LEFT), as the predicate after its PID."""
     if code == lever.ALIVE_AFTER_KILL:
-        return 'is alive after SIGKILL (state %s)' % holder['state']
+        return 'is alive after SIGKILL (state %s)' % holder.state
     if code == lever.GUEST_RESTARTS:
         return 'is back: %s' % owner_clause(holder, lever.by_hand(holder))
-    return 'is left: %s' % holder.get('reason', 'not a target')
+    return 'is left: %s' % (holder.reason or 'not a target')
 
 
 def respawn_message(parent):
@@ -118,18 +118,18 @@ def respawn_message(parent):
     init of a guest or container is never signalled (`kill` from here would end the whole
     guest): its owner names the lever."""
     said = owner_clause(parent, lever.by_hand(parent)) if lever.is_container_init(parent) else None
-    if parent['pid'] == 1:
+    if parent.pid == 1:
         said = ('it is PID 1, the init of the guest or container this runs in (or of this host), never '
                 'signalled, and restarts what it runs for as long as it runs: stop that guest or '
                 'container from its host (`pct stop VMID` on a Proxmox host, `lxc-stop -n NAME`), or '
                 'change what its init runs')
     if said:
         return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s.'
-                % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], said))
+                % (parent.pid, escape_text(parent.name), parent.cmdline, parent.respawned, said))
     return ('PID %d (%s, command line %r) respawns the GPU holders (%s): %s; end it first (`kill %d`), '
             'or run again with `match` covering it.'
-            % (parent['pid'], escape_text(parent['name']), parent['cmdline'], parent['respawned'], parent['reason'],
-               parent['pid']))
+            % (parent.pid, escape_text(parent.name), parent.cmdline, parent.respawned, parent.reason,
+               parent.pid))
 
 
 def _argv(argv):
@@ -203,43 +203,43 @@ def supervised(owner):
 
 def next_lever(holder):
     """What a person can do about a holder the ladder could not remove."""
-    if holder.get('lever'):
-        return holder['lever']
+    if holder.lever:
+        return holder.lever
     said = owner_clause(holder, lever.by_hand(holder))
     # A pod's or container's init is protected for a reason its owner names best.
-    if said and holder.get('protected_code') in (lever.POD_SHIELD, lever.INIT_SHIELD):
+    if said and holder.protected_code in (lever.POD_SHIELD, lever.INIT_SHIELD):
         return said
-    if holder.get('protected'):
+    if holder.protected:
         return ('it is protected (%s): stop it deliberately, outside this module, if it really '
-                'must go' % holder['protected_reason'])
-    if holder['state'] == 'disk-sleep':
+                'must go' % holder.protected_reason)
+    if holder.state == 'disk-sleep':
         return ('it is in uninterruptible sleep%s and ignores SIGKILL: reset the GPU '
                 '(allow_reset: true) or reboot the host'
-                % (' in %s' % escape_text(holder['wchan']) if holder.get('wchan') else ''))
-    if holder['state'] == 'zombie':
+                % (' in %s' % escape_text(holder.wchan) if holder.wchan else ''))
+    if holder.state == 'zombie':
         return 'stop or restart its parent PID %s (%s), which must reap it' % (
-            holder['ppid'], holder.get('parent_name') or 'unknown')
-    if holder.get('reason_code') == lever.UNMATCHED:
+            holder.ppid, holder.parent_name or 'unknown')
+    if holder.reason_code == lever.UNMATCHED:
         return 'it does not match `match`: widen the filter or stop it yourself'
     if said:
         return said
-    if holder['unit'] and holder.get('unit_restart') not in (None, 'no'):
+    if holder.unit and holder.unit_restart not in (None, 'no'):
         return 'its unit %s restarts it (Restart=%s): use stop_units: true or `%s`' % (
-            holder['unit'], holder['unit_restart'],
-            ' '.join(lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'by_hand', holder['unit'])))
-    if holder['state'] == 'tracing-stop' and holder.get('tracer_pid'):
+            holder.unit, holder.unit_restart,
+            ' '.join(lever.unit_argv(gpu_owner.SYSTEM_MANAGER, 'by_hand', holder.unit)))
+    if holder.state == 'tracing-stop' and holder.tracer_pid:
         # Measured on the lab's 6.18 kernel: a traced process SIGKILLed stops in its exit
         # (ptrace_stop from do_exit, PTRACE_EVENT_EXIT), its fds and memory still held, until
         # its tracer resumes it; a stopped strace never does. Continuing the tracer ends it.
         return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
                 'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
-                % (holder['tracer_pid'], escape_text(holder.get('tracer_name')) or 'unknown', holder['tracer_pid']))
-    owner = holder.get('owner') or {}
-    if owner.get('manager') == gpu_owner.USER_MANAGER and holder.get('unit_restart') not in (None, 'no'):
+                % (holder.tracer_pid, escape_text(holder.tracer_name) or 'unknown', holder.tracer_pid))
+    owner = holder.owner or {}
+    if owner.get('manager') == gpu_owner.USER_MANAGER and holder.unit_restart not in (None, 'no'):
         return ("its unit %s of user %s's own manager restarts it (Restart=%s): that user stops it "
-                "(`%s`)" % (escape_text(owner['unit']), owner['uid'], holder['unit_restart'],
+                "(`%s`)" % (escape_text(owner['unit']), owner['uid'], holder.unit_restart,
                             _argv(lever.unit_argv(gpu_owner.USER_MANAGER, 'by_hand', owner['unit']))))
-    return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder['pid']
+    return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder.pid
 
 
 def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blind_sentence=None):
@@ -250,14 +250,14 @@ def failure_message(rows, remaining, elapsed_s, allow_reset, respawners=(), blin
     for row in rows:
         if row['free']:
             continue
-        on_gpu = [h for h in remaining if row['index'] in h['gpus']]
+        on_gpu = [h for h in remaining if row['index'] in h.gpus]
         if on_gpu and blind_sentence:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h)
-                                                    if h.get('lever') or h.get('protected')
+            who = '; '.join('PID %d (%s) %s: %s' % (h.pid, escape_text(h.name), h.state, next_lever(h)
+                                                    if h.lever or h.protected
                                                     else RUN_AS_ROOT + ' to signal it')
                             for h in on_gpu)
         elif on_gpu:
-            who = '; '.join('PID %d (%s) %s: %s' % (h['pid'], escape_text(h['name']), h['state'], next_lever(h))
+            who = '; '.join('PID %d (%s) %s: %s' % (h.pid, escape_text(h.name), h.state, next_lever(h))
                             for h in on_gpu)
         elif blind_sentence:
             who = 'no process visible to this module: %s to see and free its holders' % RUN_AS_ROOT
@@ -280,15 +280,15 @@ def title(holder):
     """The process title as the operator knows it: the kernel cuts /proc/PID/comm at 15
     characters ('sglang::schedul'), so a cut name is completed from the command line. Control
     characters are escaped (gpu_text.escape_text): it goes into sentences."""
-    name = holder['name']
-    first = (holder.get('cmdline') or '').split(' ', 1)[0]
+    name = holder.name
+    first = (holder.cmdline or '').split(' ', 1)[0]
     if len(name) == _COMM_LEN and first.startswith(name):
         return escape_text(first)
     return escape_text(name)
 
 
 def _peer_clause(holder, index):
-    contexts = ','.join(str(i) for i in holder['context_gpus'])
+    contexts = ','.join(str(i) for i in holder.context_gpus)
     return ('maps GPU %d, its context is on GPU %s: NCCL/IPC peer memory; reclaim GPU %s too or set '
             'peers: true' % (index, contexts, contexts))
 
@@ -302,7 +302,7 @@ def peer_memory(row, holder):
     """The diagnosis sentence for a GPU not free whose memory a process with its context
     elsewhere maps (gpu_lever.PEER_MEMORY, gpu_peers.peer_mappers)."""
     return ('GPU %d: %d MiB used that NVML charges to no process: PID %d (%s) %s.'
-            % (row['index'], row['memory_used_mib'], holder['pid'], title(holder), _peer_clause(holder, row['index'])))
+            % (row['index'], row['memory_used_mib'], holder.pid, title(holder), _peer_clause(holder, row['index'])))
 
 
 def kinship(depth):
@@ -326,7 +326,7 @@ def full_scan(finding):
 
 def who(holder):
     """A process as every sentence and action target names it: its PID and escaped name."""
-    return 'PID %d (%s)' % (holder['pid'], escape_text(holder['name']))
+    return 'PID %d (%s)' % (holder.pid, escape_text(holder.name))
 
 
 def finding(found):
@@ -376,20 +376,22 @@ def finding(found):
 
 
 def _holder_finding(code, holder):
-    """The diagnosis sentence of a finding about one holder (its facts are the holder dict)."""
+    """The diagnosis sentence of a finding about one holder (its facts are the gpu_holder.Holder)."""
+    if code not in _HOLDER_FINDINGS:
+        raise ValueError('no sentence for the diagnosis code %r' % (code,))
     named = who(holder)
     if code == lever.DISK_SLEEP:
         return ('%s is in uninterruptible sleep (D%s): signals take effect only when the kernel call '
                 'returns; if it stays, the GPU needs a reset or the host a reboot.'
-                % (named, ', wchan %s' % escape_text(holder['wchan']) if holder['wchan'] else ''))
+                % (named, ', wchan %s' % escape_text(holder.wchan) if holder.wchan else ''))
     if code == lever.ZOMBIE:
         return ('%s is a zombie still charged with GPU memory: its parent PID %s (%s) must reap it; stop '
-                'or restart that parent.' % (named, holder['ppid'], escape_text(holder['parent_name']) or 'unknown'))
+                'or restart that parent.' % (named, holder.ppid, escape_text(holder.parent_name) or 'unknown'))
     if code == lever.TRACED:
         return ('%s is traced by PID %s (%s)%s: the tracer decides what becomes of its signals; SIGKILL '
                 'still ends it (gpu_reclaim sends it without waiting out the grace when it is stopped), or '
-                'detach the tracer.' % (named, holder['tracer_pid'], escape_text(holder['tracer_name']) or 'unknown',
-                                        ' and stopped (state t)' if holder['state'] == 'tracing-stop' else ''))
+                'detach the tracer.' % (named, holder.tracer_pid, escape_text(holder.tracer_name) or 'unknown',
+                                        ' and stopped (state t)' if holder.state == 'tracing-stop' else ''))
     if code == lever.STOPPED:
         return ('%s is stopped (SIGSTOP, state T): it acts on SIGTERM only once continued; gpu_reclaim '
                 'sends SIGCONT right after SIGTERM.' % named)
@@ -398,13 +400,16 @@ def _holder_finding(code, holder):
                 'so no parent can reap it; a signal to the PID ends the whole thread group.' % named)
     if code == lever.UNIT_RESTARTS:
         return ('%s belongs to %s with Restart=%s: killing it brings it back; stop the unit (stop_units: '
-                'true).' % (named, holder['unit'], holder['unit_restart']))
+                'true).' % (named, holder.unit, holder.unit_restart))
     if code == lever.OWNER_LEVER:
-        return '%s holds GPU %s: %s.' % (named, ','.join(str(i) for i in holder['context_gpus']),
+        return '%s holds GPU %s: %s.' % (named, ','.join(str(i) for i in holder.context_gpus),
                                          owner_clause(holder, lever.by_hand(holder)))
-    if code == lever.OTHER_PID_NAMESPACE:
-        return '%s runs in another PID namespace (a container) than this module.' % named
-    raise ValueError('no sentence for the diagnosis code %r' % (code,))
+    return '%s runs in another PID namespace (a container) than this module.' % named
+
+
+# The diagnosis codes whose facts are one holder.
+_HOLDER_FINDINGS = (lever.DISK_SLEEP, lever.ZOMBIE, lever.TRACED, lever.STOPPED, lever.ZOMBIE_LEADER,
+                    lever.UNIT_RESTARTS, lever.OWNER_LEVER, lever.OTHER_PID_NAMESPACE)
 
 
 def diagnosis(findings, blind_sentence=None):
@@ -464,7 +469,7 @@ _STEPS = {
     lever.SETTLE_NONE_ALIVE: 'no respawn: none of them alive after %(took).2f s',
     lever.GUEST_NOT_BACK: 'nothing came back within %(waited).1f s',
     lever.GUEST_BACK: lambda f: 'came back after %.1f s: %s' % (f['waited'], ', '.join(
-        'PID %d (%s)' % (h['pid'], gpu_owner.describe(h['owner'])) for h in f['holders'])),
+        'PID %d (%s)' % (h.pid, gpu_owner.describe(h.owner)) for h in f['holders'])),
     lever.NOT_WAITED: lambda f: 'not waited: nothing left that could free it (%s)' % '; '.join(_not_waited(f)),
     lever.MEMORY_BACK: 'memory back after %(waited).2f s',
     lever.MEMORY_HELD: 'memory still held after %(waited).1f s',

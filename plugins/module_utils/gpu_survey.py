@@ -92,11 +92,11 @@ class Survey(object):
 
     @property
     def spared_pids(self):
-        return frozenset(h['pid'] for h in self.spared)
+        return frozenset(h.pid for h in self.spared)
 
     def holders_of_selected(self):
         chosen = set(self.selected)
-        return [h for h in self.holders if set(h['gpus']) & chosen]
+        return [h for h in self.holders if set(h.gpus) & chosen]
 
 
 class Surveyor(object):
@@ -173,21 +173,33 @@ class Surveyor(object):
         own_tree = self.own_ancestors | set(
             pid for pid, p in snapshot.procs.items() if p.ppid == snapshot.own_pid)
         units, facts = self._facts_of(snapshot)
+        # Owners are resolved before any holder is built (issue 32 item 2): each holder is
+        # built once, with its final owner.
+        sorted_procs = decide.sort_processes(snapshot, self.free_threshold_mib)
+        owners = self._owners([held.proc for held in sorted_procs[0]], units, facts)
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
-                                                        self.free_threshold_mib, facts)
-        name_owners(holders, self.nvml_timeout, self.owner_details)
-        families.SUPERVISOR.recognise_all(holders, units, self.nvml_timeout, self, self.proc)
-        spared = [h for h in holders if h['unit'] in self.spare_units and set(h['gpus']) & set(selected)]
+                                                        self.free_threshold_mib, facts, owners, sorted_procs)
+        spared = [h for h in holders if h.unit in self.spare_units and set(h.gpus) & set(selected)]
         survey = self._survey(snapshot, selected, holders, clients, unconfirmed, spared)
         held = set(row['index'] for row in survey.rows if not row['free'])
         explained = set(index for holder in holders
-                        for index in holder['context_gpus'] + holder['peer_gpus'])
+                        for index in holder.context_gpus + holder.peer_gpus)
         if not snapshot.deep and held - explained:
             # Memory is held and no context explains it: a process may have closed its fds
             # but kept its mappings. Read every process's maps before calling it invisible.
             # (Memory charged to no PID made the scan deep at once: see _uncharged.)
             return self.survey(deep=True, full=True)
         return survey
+
+    def _owners(self, procs, units, facts):
+        """PID -> the final owner of each of `procs` (gpu_observe.ProcState of holders): the
+        owner its cgroup names, confirmed (gpu_decide.cgroup_owner); a container's, pod's or
+        guest's named by its runtime (named_owner); the program of a process supervisor where
+        one runs it (gpu_family_supervisor, by identity on its ancestry)."""
+        found = dict((proc.pid, decide.cgroup_owner(proc, units, facts)) for proc in procs)
+        programs = families.SUPERVISOR.recognise_all(procs, found, units, self.nvml_timeout, self, self.proc)
+        return dict((pid, programs.get(pid) or named_owner(owner, self.nvml_timeout, self.owner_details))
+                    for pid, owner in found.items())
 
     def _uncharged(self, gpus):
         """Whether a selected GPU uses memory the driver charges to no process (a leak, a holder
@@ -199,7 +211,7 @@ class Surveyor(object):
         return bool(decide.uncharged_gpus(gpus, selected, self.free_threshold_mib))
 
     def _survey(self, snapshot, selected, holders, clients, unconfirmed, spared):
-        spared_pids = frozenset(h['pid'] for h in spared)
+        spared_pids = frozenset(h.pid for h in spared)
         rows = decide.gpu_table(snapshot, holders, selected, self.free_threshold_mib, spared_pids)
         blind_sentence = say.blind(self.access)
         diagnosis = say.diagnosis(decide.findings(snapshot, holders, unconfirmed, rows, spared_pids,
@@ -211,11 +223,11 @@ class Surveyor(object):
         gone: what check mode walks on after a step it only recorded."""
         if not ended:
             return survey
-        ended_pids = set(h['pid'] for h in survey.holders if (h['pid'], h['start_time']) in ended)
+        ended_pids = set(h.pid for h in survey.holders if (h.pid, h.start_time) in ended)
         snapshot = decide.snapshot_without(survey.snapshot, survey.holders, ended_pids)
-        keep = [h for h in survey.holders if h['pid'] not in ended_pids]
+        keep = [h for h in survey.holders if h.pid not in ended_pids]
         return self._survey(snapshot, survey.selected, keep, survey.clients, survey.unconfirmed,
-                            [h for h in survey.spared if h['pid'] not in ended_pids])
+                            [h for h in survey.spared if h.pid not in ended_pids])
 
     def _facts_of(self, snapshot):
         """What the managers and runtimes confirm about the owners of the snapshot's processes
@@ -247,7 +259,7 @@ class Surveyor(object):
         return units, facts
 
     def describe(self, pid, snapshot):
-        """The holder-shaped dict of any process (a respawning parent, its new child); raises
+        """The gpu_holder.Holder of any process (a respawning parent, its new child); raises
         gpu_observe.ProcessGone."""
         proc = observe.describe_process(pid, self.proc)
         units, facts = self.last_facts
@@ -309,34 +321,33 @@ class Surveyor(object):
                    for g in gpus if g.index in selected)
 
 
-def name_owners(holders, timeout, asked):
-    """Fill in each container's, pod's and guest's readable name, restart policy and pod from
-    its runtime's CLI (its family's facts), asking once per owner (`asked` keeps the answers
-    between surveys)."""
-    for holder in holders:
-        owner = holder['owner']
-        family = next((f for f in families.LADDER if f.store == 'runtimes' and f.owns(owner)), None)
-        if family is None or not owner['id']:
-            continue
-        key = (owner['runtime'], owner['id'])
-        if key not in asked:
-            asked[key] = family.facts(owner, timeout)
-        details = dict(asked[key])
-        pod = details.pop('pod', None)
-        owner['cli_error'] = details.pop('cli_error', None)
-        for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
-            details.pop(fact, None)
-        owner.update((k, v) for k, v in details.items() if v is not None)
-        if pod and owner['kind'] == 'pod':
-            owner['pod'] = dict(owner['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
+def named_owner(owner, timeout, asked):
+    """A container's, pod's or guest's owner record with its readable name, restart policy and
+    pod from its runtime's CLI (its family's facts), a new record; any other owner as it is.
+    Each owner's runtime is asked once (`asked` keeps the answers between surveys)."""
+    family = next((f for f in families.LADDER if f.store == 'runtimes' and f.owns(owner)), None)
+    if family is None or not owner['id']:
+        return owner
+    key = (owner['runtime'], owner['id'])
+    if key not in asked:
+        asked[key] = family.facts(owner, timeout)
+    details = dict(asked[key])
+    pod = details.pop('pod', None)
+    named = dict(owner, cli_error=details.pop('cli_error', None))
+    for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
+        details.pop(fact, None)
+    named.update((k, v) for k, v in details.items() if v is not None)
+    if pod and named['kind'] == 'pod':
+        named['pod'] = dict(named['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
+    return named
 
 
 def survey_result(survey):
     """The result keys gpu_holders returns."""
     return {
         'gpus': survey.rows,
-        'holders': survey.holders_of_selected(),
-        'clients': survey.clients,
+        'holders': [h.as_result() for h in survey.holders_of_selected()],
+        'clients': [c.as_result() for c in survey.clients],
         'free': survey.free,
         'diagnosis': survey.diagnosis,
         'backend': survey.snapshot.backend,

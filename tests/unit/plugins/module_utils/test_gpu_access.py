@@ -109,9 +109,9 @@ def test_unreadable_listed_process_is_a_holder_not_a_foreign_pid():
     s.unreadable = [(777, 'fd', 'Permission denied'), (777, 'maps', 'Permission denied')]
     holders, _clients, unconfirmed = decide.classify(s, [], set())
     assert unconfirmed == []
-    assert [(h['pid'], h['context_gpus'], h['evidence']) for h in holders] == [(777, [0], ['nvml'])]
+    assert [(h.pid, h.context_gpus, h.evidence) for h in holders] == [(777, [0], ['nvml'])]
     rows = decide.gpu_table(s, holders, [0], 128)
-    msg = say.failure_message(rows, [dict(holders[0], reason='survived the ladder')], 1.0, False, blind_sentence=BLIND)
+    msg = say.failure_message(rows, [holders[0].left(None, 'survived the ladder')], 1.0, False, blind_sentence=BLIND)
     assert 'PID 777 (python3) sleeping: run as root (become: true) to signal it' in msg
     assert 'reset' not in msg[len(BLIND):]
 

@@ -14,6 +14,8 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
 
+from .holders import make_holder
+
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', '.build', 'collections'))
 
 
@@ -110,7 +112,7 @@ def test_wait_for_gives_up_at_the_timeout():
 
 
 def _holder(proc, start=None):
-    return {'pid': proc.pid, 'start_time': read_identity(proc.pid)[0] if start is None else start}
+    return make_holder(pid=proc.pid, start_time=read_identity(proc.pid)[0] if start is None else start)
 
 
 def _no_polling(*_args, **_kwargs):

@@ -11,6 +11,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
+from .holders import make_holder
 from .observations import CTX, NVIDIA, OWN_NS, UnitFacts, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 
@@ -27,18 +28,18 @@ def test_mapping_is_a_context_fd_only_is_a_handle_shared_nodes_are_clients():
         proc(12, name='nvidia-smi', fds=('/dev/nvidiactl', '/dev/nvidia-uvm')),
     ])
     holders, clients, _unused = classify(s)
-    by_pid = dict((h['pid'], h) for h in holders)
-    assert by_pid[10]['kind'] == 'context' and by_pid[10]['gpus'] == [0]
-    assert by_pid[10]['evidence'] == ['fd', 'mmap']
-    assert by_pid[11]['kind'] == 'handle' and by_pid[11]['context_gpus'] == []
-    assert [c['pid'] for c in clients] == [12] and 12 not in by_pid
+    by_pid = dict((h.pid, h) for h in holders)
+    assert by_pid[10].kind == 'context' and by_pid[10].gpus == [0]
+    assert by_pid[10].evidence == ['fd', 'mmap']
+    assert by_pid[11].kind == 'handle' and by_pid[11].context_gpus == []
+    assert [c.pid for c in clients] == [12] and 12 not in by_pid
 
 
 def test_device_nodes_are_mapped_through_minor_numbers_not_names():
     # GPU index 0 has minor 3: /dev/nvidia3 is GPU 0, /dev/nvidia0 is GPU 3.
     s = snap([gpu(0, minor=3), gpu(3, minor=0)], [proc(10, fds=['/dev/nvidia3'], maps=['/dev/nvidia3'])])
     holders, _unused, _unused = classify(s)
-    assert holders[0]['gpus'] == [0]
+    assert holders[0].gpus == [0]
 
 
 ALL = ('/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm')
@@ -48,11 +49,11 @@ def test_a_cuda_process_maps_every_gpu_but_holds_a_context_only_where_nvml_lists
     # Measured on 2x H200: a torch process on GPU 0 opens and maps /dev/nvidia1 as well.
     s = snap([gpu(0, used=1642, processes=[(10, 1634)]), gpu(1)], [proc(10, fds=ALL, maps=ALL)])
     (holder,), _unused, _unused = classify(s)
-    assert holder['context_gpus'] == [0] and holder['gpus'] == [0, 1]
+    assert holder.context_gpus == [0] and holder.gpus == [0, 1]
     rows = decide.gpu_table(s, [holder], [0, 1], 128)
     assert [(r['holders'], r['handles'], r['free']) for r in rows] == [([10], [], False), ([], [10], True)]
     assert decide.plan_targets([holder], [1], [])[0] == []
-    assert [t['pid'] for t in decide.plan_targets([holder], [0], [])[0]] == [10]
+    assert [t.pid for t in decide.plan_targets([holder], [0], [])[0]] == [10]
 
 
 def test_a_forked_child_holds_the_context_where_nvml_charges_its_dead_parent():
@@ -60,14 +61,14 @@ def test_a_forked_child_holds_the_context_where_nvml_charges_its_dead_parent():
              [proc(11, name='worker', fds=ALL, maps=('/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl'))],
              missing=[10])
     (child,), _unused, _unused = classify(s)
-    assert child['context_gpus'] == [0] and child['kind'] == 'context' and child['evidence'] == ['fd', 'mmap']
+    assert child.context_gpus == [0] and child.kind == 'context' and child.evidence == ['fd', 'mmap']
 
 
 def test_nvml_listing_gives_memory_and_context():
     s = snap([gpu(2, used=1024, processes=[(10, 1024)])], [proc(10, fds=['/dev/nvidia2'])])
     (holder,), _unused, _unused = classify(s)
-    assert holder['kind'] == 'context' and holder['gpu_memory_mib'] == {'2': 1024}
-    assert holder['evidence'] == ['fd', 'nvml']
+    assert holder.kind == 'context' and holder.gpu_memory_mib == {'2': 1024}
+    assert holder.evidence == ['fd', 'nvml']
 
 
 def test_nvml_pid_resolving_to_a_process_without_device_is_unconfirmed():
@@ -89,14 +90,14 @@ def test_nvml_pid_resolving_to_a_process_without_device_is_unconfirmed():
 def test_infrastructure_is_protected(name, cmdline, reason):
     s = snap([gpu(0)], [proc(10, name=name, cmdline=cmdline, fds=CTX, maps=CTX)])
     (holder,), _unused, _unused = classify(s)
-    assert holder['protected'] and reason in holder['protected_reason']
+    assert holder.protected and reason in holder.protected_reason
 
 
 def test_misleading_names_are_not_protected():
     s = snap([gpu(0)], [proc(10, name='[kworker/2:1]', fds=CTX, maps=CTX),
                         proc(11, name='sshd-helper', cmdline='sshd-helper', fds=CTX, maps=CTX)])
     holders, _unused, _unused = classify(s)
-    assert [h['protected'] for h in holders] == [False, False]
+    assert [h.protected for h in holders] == [False, False]
 
 
 def test_init_kernel_threads_own_tree_container_init_and_user_patterns_are_protected():
@@ -111,7 +112,7 @@ def test_init_kernel_threads_own_tree_container_init_and_user_patterns_are_prote
     ])
     holders, _unused, _unused = classify(s, patterns=['^jupyter'], own_tree={30},
                                          facts=runtime_confirms('0::/machine.slice/libpod-%s.scope' % CID))
-    reasons = dict((h['pid'], h['protected_reason']) for h in holders)
+    reasons = dict((h.pid, h.protected_reason) for h in holders)
     assert 'init process' in reasons[1]
     assert reasons[2] == 'kernel thread'
     assert 'process tree running this module' in reasons[30]
@@ -183,14 +184,14 @@ def test_spared_holders_neither_hold_their_gpu_nor_count_their_memory_nor_are_ta
     holders, _unused, _unused = classify(s)
     spared = frozenset([10, 12])
     targets, left = decide.plan_targets(holders, [0, 1], [], spared)
-    assert [t['pid'] for t in targets] == [11] and left == []
+    assert [t.pid for t in targets] == [11] and left == []
     rows = decide.gpu_table(s, holders, [0, 1], 128, spared)
     # GPU 0: the stray's context and its 1000 MiB keep it held; GPU 1: 100 MiB left beside the
     # spared 2000, within the threshold.
     assert [r['free'] for r in rows] == [False, True]
     assert rows[1]['holders'] == [12]
     s.gpus[0].used_mib, s.gpus[0].processes = 2000, [(10, 2000)]
-    holders = [h for h in holders if h['pid'] != 11]
+    holders = [h for h in holders if h.pid != 11]
     assert decide.gpu_table(s, holders, [0], 128, spared)[0]['free'] is True
     assert decide.gpu_table(s, holders, [0], 128)[0]['free'] is False
 
@@ -215,12 +216,12 @@ def test_plan_targets_keeps_scope_match_and_protection():
     ])
     holders, _unused, _unused = classify(s)
     targets, left = decide.plan_targets(holders, [0], [re.compile('sglang')])
-    assert [t['pid'] for t in targets] == [10]
-    assert dict((h['pid'], h['reason']) for h in left) == {
+    assert [t.pid for t in targets] == [10]
+    assert dict((h.pid, h.reason) for h in left) == {
         12: 'protected: GPU or cluster infrastructure (nv-hostengine)',
         13: 'does not match the match filter'}
-    assert dict((h['pid'], h['reason_code']) for h in left) == {12: 'protected', 13: 'unmatched'}
-    assert 14 not in [h['pid'] for h in left]   # a handle is never a target, nor "left"
+    assert dict((h.pid, h.reason_code) for h in left) == {12: 'protected', 13: 'unmatched'}
+    assert 14 not in [h.pid for h in left]   # a handle is never a target, nor "left"
 
 
 def test_zombies_are_left_for_their_parent():
@@ -228,8 +229,8 @@ def test_zombies_are_left_for_their_parent():
              [proc(10, state='zombie', ppid=77), proc(77, name='launcher')])
     holders, _unused, _unused = classify(s)
     targets, left = decide.plan_targets(holders, [0], [])
-    assert targets == [] and 'parent PID 77' in left[0]['reason']
-    assert left[0]['reason_code'] == 'zombie'
+    assert targets == [] and 'parent PID 77' in left[0].reason
+    assert left[0].reason_code == 'zombie'
 
 
 def test_units_to_stop_skips_scopes_infrastructure_and_own_session_units():
@@ -250,7 +251,7 @@ def test_units_to_stop_skips_scopes_infrastructure_and_own_session_units():
     holders, _unused, _unused = classify(s, units=systemd_confirms(
         '/system.slice/sglang.service', '/system.slice/ssh.service', '/system.slice/ansible-pull.service',
         '/system.slice/nvidia-persistenced.service'))
-    assert sorted(h['unit'] for h in holders if h['unit']) == sorted([
+    assert sorted(h.unit for h in holders if h.unit) == sorted([
         'sglang.service', 'ssh.service', 'ansible-pull.service', 'sglang.service', 'nvidia-persistenced.service',
         'session-4.scope', 'run-r1b2c3.scope'])
     assert decide.units_to_stop(holders, {'ansible-pull.service'}, NVIDIA.infrastructure_units) == ['sglang.service']
@@ -303,7 +304,7 @@ def test_a_zombie_leader_with_live_threads_is_a_target_not_left_for_a_parent():
              [proc(10, state='zombie-leader', fds=CTX, maps=CTX)])
     holders, _unused, _unused = classify(s)
     targets, left = decide.plan_targets(holders, [0], [])
-    assert [t['pid'] for t in targets] == [10] and left == []
+    assert [t.pid for t in targets] == [10] and left == []
     text = ' '.join(diagnosed(s, holders, [], decide.gpu_table(s, holders, [0], 128)))
     assert 'zombie leader' in text and 'must reap' not in text and 'no such process' not in text
 
@@ -316,8 +317,8 @@ def test_a_pid_namespace_init_no_runtime_confirms_is_a_target_not_a_container_in
     s.procs[40].dev_fds = {'/dev/nvidia5'}
     s.procs[40].dev_maps = {'/dev/nvidia5'}
     holders, _unused, _unused = classify(s)
-    assert holders[0]['protected'] is False
-    assert [t['pid'] for t in decide.plan_targets(holders, [5], [])[0]] == [40]
+    assert holders[0].protected is False
+    assert [t.pid for t in decide.plan_targets(holders, [5], [])[0]] == [40]
     text = ' '.join(diagnosed(s, holders, [], decide.gpu_table(s, holders, [5], 128)))
     assert 'init of' not in text and 'another PID namespace' in text
 
@@ -330,8 +331,8 @@ def test_a_container_init_whose_runtime_does_not_confirm_it_is_no_shield():
     other['runtimes'] = {('docker', CID): list(other['runtimes'].values())[0]}
     for facts in (None, other):
         s, holders = held_by(cgroup, nspid=[50, 1], facts=facts)
-        assert holders[0]['owner']['confirmed'] is False
-        assert holders[0]['protected'] is False
+        assert holders[0].owner['confirmed'] is False
+        assert holders[0].protected is False
         assert decide.stoppable_container(holders[0]) is None
         assert decide.containers_to_stop(holders, [3], []) == []
 
@@ -352,11 +353,11 @@ def held_by(cgroup, nspid=None, name='sglang', facts=None):
 def test_a_pod_process_is_protected_and_named_with_the_pod_lever():
     cgroup = '0::/kubepods/besteffort/pod%s/%s\n' % (POD_UID, CID)
     s, holders = held_by(cgroup)
-    assert holders[0]['protected'] and holders[0]['protected_reason'] == say.POD_PROTECTED
-    assert holders[0]['owner']['pod']['uid'] == POD_UID
+    assert holders[0].protected and holders[0].protected_reason == say.POD_PROTECTED
+    assert holders[0].owner['pod']['uid'] == POD_UID
     assert decide.plan_targets(holders, [3], [])[0] == []
-    holders[0]['owner']['pod'].update(namespace='infer', name='sglang-0')
-    clause = say.next_lever(holders[0])
+    pod = dict(holders[0].owner['pod'], namespace='infer', name='sglang-0')
+    clause = say.next_lever(holders[0]._replace(owner=dict(holders[0].owner, pod=pod)))
     assert 'Kubernetes pod infer/sglang-0' in clause and 'kubectl delete pod -n infer sglang-0' in clause
     assert 'never signalled from under the kubelet' in clause
 
@@ -365,9 +366,9 @@ def test_a_podman_container_init_names_the_container_and_its_stop():
     cgroup = '0::/machine.slice/libpod-%s.scope\n' % CID
     s, holders = held_by(cgroup, nspid=[50, 1], facts=runtime_confirms(cgroup))
     holder = holders[0]
-    assert holder['protected_reason'] == say.CONTAINER_INIT
+    assert holder.protected_reason == say.CONTAINER_INIT
     assert decide.stoppable_container(holder)['id'] == CID
-    holder['owner']['name'] = 'hog'
+    holder = holder._replace(owner=dict(holder.owner, name='hog'))
     clause = say.next_lever(holder)
     assert 'init of podman container hog (%s)' % CID[:12] in clause
     assert 'stop_containers: true' in clause and '`podman stop -t 10 -- %s`' % CID in clause
@@ -377,9 +378,9 @@ def test_a_container_that_restarts_its_holder_is_named():
     cgroup = '0::/system.slice/docker-%s.scope\n' % CID
     s, holders = held_by(cgroup, facts=runtime_confirms(cgroup))
     holder = holders[0]
-    assert not holder['protected']
+    assert not holder.protected
     assert say.next_lever(holder).startswith('it survived SIGKILL')   # no policy known
-    holder['owner'].update(name='sglang', restart_policy='always')
+    holder = holder._replace(owner=dict(holder.owner, name='sglang', restart_policy='always'))
     assert decide.container_restarts(holder) == 'always'
     clause = say.next_lever(holder)
     assert 'docker container sglang' in clause and 'restart policy always' in clause
@@ -389,8 +390,8 @@ def test_a_container_that_restarts_its_holder_is_named():
 def test_a_guest_process_is_named_with_its_guest_and_its_unit_is_not_this_hosts():
     s, holders = held_by('0::/lxc/101/ns/system.slice/sglang.service\n')
     holder = holders[0]
-    assert holder['unit'] is None                  # never `systemctl stop` on the host
-    assert holder['owner']['guest_unit'] == 'sglang.service'
+    assert holder.unit is None                  # never `systemctl stop` on the host
+    assert holder.owner['guest_unit'] == 'sglang.service'
     assert decide.units_to_stop(holders, set()) == []
     clause = say.next_lever(holder)
     assert 'Proxmox guest 101, unit sglang.service inside it' in clause
@@ -402,26 +403,26 @@ def test_a_guest_process_is_named_with_its_guest_and_its_unit_is_not_this_hosts(
 def test_a_guest_init_stays_protected_and_is_named():
     s, holders = held_by('0::/lxc/101/ns/init.scope\n', nspid=[50, 1], name='systemd')
     holder = holders[0]
-    assert holder['protected']
+    assert holder.protected
     assert 'init of Proxmox guest 101' in say.next_lever(holder)
 
 
 def test_a_guest_init_that_respawns_holders_is_named_with_its_guest_and_the_command_not_kill():
     s, holders = held_by('0::/lxc.payload.130\n', nspid=[50, 1], name='sh')
-    parent = dict(holders[0], reason='it is protected (%s)' % say.CONTAINER_INIT, respawned='PID(s) 60 came back as PID 61')
-    assert parent['protected_reason'] == say.CONTAINER_INIT
+    parent = holders[0].left(None, 'it is protected (%s)' % say.CONTAINER_INIT, respawned='PID(s) 60 came back as PID 61')
+    assert parent.protected_reason == say.CONTAINER_INIT
     said = say.respawn_message(parent)
     assert 'init of Proxmox guest 130' in said and '`pct stop 130`' in said, said
     assert '`kill' not in said and 'match' not in said, said
     lxc, lxc_holders = held_by('0::/lxc.payload.gpuops-t-loop\n', nspid=[50, 1], name='sh')
-    said = say.respawn_message(dict(lxc_holders[0], reason='protected', respawned='PID(s) 60'))
+    said = say.respawn_message(lxc_holders[0].left(None, 'protected', respawned='PID(s) 60'))
     assert 'init of LXC guest gpuops-t-loop' in said and '`lxc-stop -n gpuops-t-loop`' in said, said
 
 
 def test_pid_1_that_respawns_holders_is_named_as_the_init_with_the_command_from_the_host_not_kill():
     s, holders = held_by('0::/init.scope\n', name='sh')
-    parent = dict(holders[0], pid=1, protected=True, protected_reason='PID 1 is the init process',
-                  reason='it is protected (PID 1 is the init process)', respawned='PID(s) 60 came back as PID 61')
+    parent = holders[0]._replace(pid=1, protected=True, protected_reason='PID 1 is the init process').left(
+        None, 'it is protected (PID 1 is the init process)', respawned='PID(s) 60 came back as PID 61')
     said = say.respawn_message(parent)
     assert said.startswith('PID 1 (') and 'init of the guest or container this runs in' in said, said
     assert '`pct stop VMID`' in said and '`kill' not in said and 'match' not in said, said
@@ -444,10 +445,10 @@ def test_sigterm_is_futile_for_an_ignoring_mask_or_a_traced_stop_only():
     s = snap([gpu(0, used=900, processes=[(10, 900)])], [proc(10, fds=CTX, maps=CTX)])
     (holder,), _unused, _unused = classify(s)
     assert decide.sigterm_futile_code(holder) is None
-    assert decide.sigterm_futile_code(dict(holder, state='stopped')) is None, 'SIGCONT makes it act'
-    ignoring = dict(holder, ignores_sigterm=True)
+    assert decide.sigterm_futile_code(holder._replace(state='stopped')) is None, 'SIGCONT makes it act'
+    ignoring = holder._replace(ignores_sigterm=True)
     assert say.sigterm_futile(ignoring, decide.sigterm_futile_code(ignoring)) == 'ignored (SigIgn)'
-    traced = dict(holder, state='tracing-stop', tracer_pid=77, tracer_name='gdb')
+    traced = holder._replace(state='tracing-stop', tracer_pid=77, tracer_name='gdb')
     assert 'traced by PID 77 (gdb)' in say.sigterm_futile(traced, decide.sigterm_futile_code(traced))
 
 
@@ -462,7 +463,7 @@ def test_sigterm_is_dropped_for_a_namespace_init_without_a_handler(nspid, handle
     p = proc(10, fds=CTX, maps=CTX, nspid=nspid)
     p.handles_sigterm, p.ignores_sigterm = handles, ignores
     (holder,), _unused, _unused = classify(snap([gpu(0, used=900, processes=[(10, 900)])], [p]))
-    assert holder['sigterm_dropped'] is dropped
+    assert holder.sigterm_dropped is dropped
     want = lever.SIGTERM_DROPPED if dropped else (lever.SIGTERM_IGNORED if ignores else None)
     assert decide.sigterm_futile_code(holder) == want
 
@@ -473,7 +474,7 @@ def test_a_traced_holder_is_diagnosed_with_its_tracer():
     s = snap([gpu(0, used=900, processes=[(10, 900)])], [p])
     s.related_names = {77: 'gdb'}
     holders, _unused, unconfirmed = classify(s)
-    assert (holders[0]['tracer_pid'], holders[0]['tracer_name']) == (77, 'gdb')
+    assert (holders[0].tracer_pid, holders[0].tracer_name) == (77, 'gdb')
     text = ' '.join(diagnosed(s, holders, unconfirmed, decide.gpu_table(s, holders, [0], 128)))
     assert 'traced by PID 77 (gdb) and stopped (state t)' in text
 
@@ -486,19 +487,18 @@ def test_a_traced_holder_alive_after_sigkill_names_its_tracer_as_the_lever_never
     s = snap([gpu(0, used=900, processes=[(10, 900)])], [p])
     s.related_names = {77: 'strace'}
     holders, _unused, _unused = classify(s)
-    clause = say.next_lever(dict(holders[0], reason='survived the ladder', reason_code=decide.SURVIVED))
+    clause = say.next_lever(holders[0].left(decide.SURVIVED, 'survived the ladder'))
     assert clause.startswith('it is traced by PID 77 (strace) and stays in its exit'), clause
     assert 'kill -CONT 77' in clause and 'reset' not in clause and 'reboot' not in clause
 
 
 def test_a_respawning_parent_is_a_target_only_when_it_matches_or_holds_nothing_and_is_unprotected():
-    loop = {'pid': 50, 'name': 'bash', 'cmdline': 'bash -c while true', 'protected': False,
-            'protected_reason': None}
+    loop = make_holder(pid=50, name='bash', cmdline='bash -c while true', protected=False, protected_reason=None)
     assert say.respawner_refusal(loop, lever.respawner_lever(loop, [], False).refusal) is None
     assert say.respawner_refusal(loop, lever.respawner_lever(loop, [], True).refusal) == 'it holds a GPU itself'
     assert say.respawner_refusal(loop, lever.respawner_lever(loop, [re.compile('while')], True).refusal) is None
     assert say.respawner_refusal(loop, lever.respawner_lever(loop, [re.compile('sglang')], False).refusal) == 'it does not match `match`'
-    guarded = dict(loop, protected=True, protected_reason='GPU or cluster infrastructure (sshd)')
+    guarded = loop._replace(protected=True, protected_reason='GPU or cluster infrastructure (sshd)')
     assert say.respawner_refusal(guarded, lever.respawner_lever(guarded, [re.compile('.')], False).refusal).startswith('it is protected')
 
 
@@ -568,7 +568,7 @@ def test_sentences_escape_names_users_chose():
     for text in texts:
         assert '\n' not in text and '\x1b' not in text, text
     assert any('PID 10 (x\\nGPU 2 free\\x1b[2J)' in t for t in texts)
-    zombie = dict(holders[0], state='zombie')
+    zombie = holders[0]._replace(state='zombie')
     said = say.skip(zombie, decide.skip_code(zombie, ()))
     assert '\x1b' not in said and 'p\\x1bq' in said
 
@@ -582,8 +582,8 @@ def test_a_listed_pid_reused_by_a_rank_of_another_gpu_is_not_that_gpus_holder():
     s = snap([gpu(0, used=900, processes=[(30, 900)]), gpu(1, used=4000, processes=[(30, 4000)])],
              [proc(30, name='sglang::schedul', fds=CTX, maps=CTX), proc(31, name='python3', fds=ctx1, maps=ctx1, ppid=1)])
     holders, _unused, unconfirmed = classify(s)
-    by_pid = dict((h['pid'], h) for h in holders)
-    assert by_pid[30]['context_gpus'] == [0]
-    assert by_pid[31]['context_gpus'] == [1]
+    by_pid = dict((h.pid, h) for h in holders)
+    assert by_pid[30].context_gpus == [0]
+    assert by_pid[31].context_gpus == [1]
     assert unconfirmed == [{'pid': 30, 'name': 'sglang::schedul', 'gpus': [1], 'code': lever.UNCONFIRMED_GPU}]
     assert decide.full_scan_code(s, {1}, 128).code == lever.LISTED_HOLDS_NOTHING

@@ -14,6 +14,8 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
+from .holders import make_holder
+
 CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
 
 
@@ -58,11 +60,11 @@ def test_a_guest_started_as_a_system_service_has_its_units_facts_read_not_a_runt
 
 
 def test_the_by_hand_families_never_offer_the_ladder_a_lever():
-    pod = {'owner': owner_of('/kubepods.slice/kubepods-pod0a1b2c3d_0000_1111_2222_333344445555.slice'),
-           'protected_code': None, 'unit': None}
+    pod = make_holder(owner=owner_of('/kubepods.slice/kubepods-pod0a1b2c3d_0000_1111_2222_333344445555.slice'),
+                      protected_code=None, unit=None)
     assert families.POD.lever(pod, None).refusal == lever.NO_STOP
-    guest = {'owner': owner_of('/lxc.payload.web/system.slice/sglang.service'), 'protected_code': None,
-             'unit': None}
+    guest = make_holder(owner=owner_of('/lxc.payload.web/system.slice/sglang.service'), protected_code=None,
+                        unit=None)
     chosen = families.GUEST.lever(guest, None)
     assert chosen.refusal == lever.NO_STOP and chosen.kind == lever.STOP_GUEST_UNIT
     assert chosen.argv == ['lxc-attach', '-n', 'web', '--', 'systemctl', 'stop', 'sglang.service']
@@ -136,7 +138,7 @@ def test_check_mode_plans_a_units_stop_as_before_and_runs_nothing():
 
 def test_check_mode_counts_what_a_supervisors_stop_ends_as_ended():
     actor = act.RecordingActor()
-    holder = {'pid': 4242, 'start_time': 77}
+    holder = make_holder(pid=4242, start_time=77)
     result, changed = actor.run(['supervisorctl', 'stop', 'worker'], 35, ends=[holder])
     assert (result.code, changed) == (lever.WOULD_RUN, True) and actor.ended == {(4242, 77)}
 

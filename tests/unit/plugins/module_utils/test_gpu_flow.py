@@ -45,8 +45,8 @@ def survey_of(gpus, procs, units=None, spare=(), start_times=None, facts=None):
 
 def classified(s, selected, units=None, spare=(), facts=None):
     holders, clients, unconfirmed = decide.classify(s, [], set(), units, facts=facts)
-    spared = [h for h in holders if h['unit'] in spare]
-    spared_pids = frozenset(h['pid'] for h in spared)
+    spared = [h for h in holders if h.unit in spare]
+    spared_pids = frozenset(h.pid for h in spared)
     rows = decide.gpu_table(s, holders, selected, 128, spared_pids)
     return Survey(s, selected, holders, clients, unconfirmed, rows,
                   diagnosed(s, holders, unconfirmed, rows, spared_pids), spared)
@@ -152,19 +152,19 @@ class ScriptedActor(object):
 
     def signal(self, holder, signum, never):
         name = act.SIGNAL_NAMES[signum]
-        self.calls.append((name, holder['pid']))
-        if (name, holder['name']) in (('SIGTERM', 'exits-on-term'), ('SIGKILL', 'exits-on-term'),
-                                      ('SIGKILL', 'exits-on-kill')):
-            self.gone.add(holder['pid'])
-        return say.step(lever.SENT, pid=holder['pid']), True
+        self.calls.append((name, holder.pid))
+        if (name, holder.name) in (('SIGTERM', 'exits-on-term'), ('SIGKILL', 'exits-on-term'),
+                                   ('SIGKILL', 'exits-on-kill')):
+            self.gone.add(holder.pid)
+        return say.step(lever.SENT, pid=holder.pid), True
 
     def alive(self, holders):
-        return [h for h in holders if h['pid'] not in self.gone]
+        return [h for h in holders if h.pid not in self.gone]
 
     def wait_gone(self, holders, timeout):
-        self.calls.append(('wait_gone', sorted(h['pid'] for h in holders), timeout))
+        self.calls.append(('wait_gone', sorted(h.pid for h in holders), timeout))
         self.now += 0.25
-        return dict((h['pid'], self.now) for h in holders if h['pid'] in self.gone)
+        return dict((h.pid, self.now) for h in holders if h.pid in self.gone)
 
     def wait_until(self, predicate, timeout, max_interval=act.FAST_POLL_S):
         """Polls the predicate up to 5 times, as a real wait polls it until it holds."""
@@ -250,7 +250,7 @@ def test_sigkill_after_the_grace_for_a_process_that_outlives_sigterm():
 
 def test_a_process_that_ignores_sigterm_gets_sigkill_without_the_grace():
     s = held_by((10, 'exits-on-kill'), (11, 'exits-on-term'))
-    s.holders[0]['ignores_sigterm'] = True
+    s.holders[0] = s.holders[0]._replace(ignores_sigterm=True)
     actor = ScriptedActor()
     ladder(ScriptedSurveyor(s, free()), actor).run()
     # SIGKILL to 10 comes before the wait on 11's SIGTERM: 10 never costs the grace.
@@ -323,8 +323,7 @@ def test_check_mode_runs_the_same_steps_and_touches_nothing(sleepers):
 
     def wedged():
         s = held_by((pids[0], 'exits-on-kill'), (pids[1], 'exits-on-kill'))
-        for holder in s.holders:
-            holder['start_time'] = starts[holder['pid']]
+        s.holders = [h._replace(start_time=starts[h.pid]) for h in s.holders]
         return s
 
     real = ScriptedActor()
@@ -405,8 +404,7 @@ def container_held(nspid=None, policy=None):
     survey = survey_of([gpu(0, used=5000, processes=[(NO_SUCH_PID, 5000)])],
                        [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid, cgroup=cgroup)],
                        facts=runtime_confirms(cgroup))
-    for holder in survey.holders:
-        holder['owner'].update(name='hog', restart_policy=policy)
+    survey.holders = [h._replace(owner=dict(h.owner, name='hog', restart_policy=policy)) for h in survey.holders]
     return survey
 
 
@@ -439,7 +437,7 @@ def test_without_the_lever_a_restarting_container_is_not_fought():
 
 def test_a_stopped_holder_gets_sigcont_right_after_sigterm():
     s = held_by((10, 'exits-on-term'))
-    s.holders[0]['state'] = 'stopped'
+    s.holders[0] = s.holders[0]._replace(state='stopped')
     actor = ScriptedActor()
     result = ladder(ScriptedSurveyor(s, free()), actor).run()
     assert actor.calls[:3] == [('SIGTERM', 10), ('SIGCONT', 10), ('wait_gone', [10], 5.0)]
@@ -448,7 +446,7 @@ def test_a_stopped_holder_gets_sigcont_right_after_sigterm():
 
 def test_a_traced_stopped_holder_gets_sigkill_without_the_grace_and_its_tracer_is_named():
     s = held_by((10, 'exits-on-kill'))
-    s.holders[0].update(state='tracing-stop', tracer_pid=77, tracer_name='gdb')
+    s.holders[0] = s.holders[0]._replace(state='tracing-stop', tracer_pid=77, tracer_name='gdb')
     actor = ScriptedActor()
     result = ladder(ScriptedSurveyor(s, free()), actor).run()
     assert actor.calls[:3] == [('SIGTERM', 10), ('SIGKILL', 10), ('wait_gone', [], 5.0)]
@@ -457,7 +455,7 @@ def test_a_traced_stopped_holder_gets_sigkill_without_the_grace_and_its_tracer_i
 
 def test_a_protected_holder_alone_ends_the_ladder_at_once_naming_it():
     s = held_by((10, 'nv-hostengine'))
-    assert s.holders[0]['protected']
+    assert s.holders[0].protected
     actor = ScriptedActor()
     result = ladder(ScriptedSurveyor(s), actor, release_timeout=60.0).run()
     assert actor.calls == [], 'no signal, no wait'
@@ -697,7 +695,7 @@ def test_what_the_ladder_froze_is_its_own_state_never_written_into_the_holders()
 
         def signal(self, holder, signum, never):
             if signum == signal.SIGSTOP:
-                self.stopped.append((holder, dict(holder)))
+                self.stopped.append((holder, holder.as_result()))
             return ScriptedActor.signal(self, holder, signum, never)
 
     actor = Keeping()
@@ -705,8 +703,8 @@ def test_what_the_ladder_froze_is_its_own_state_never_written_into_the_holders()
     host = Host(actor, held_under(50), free(), table=loop_table(retitled),
                 programs={50: 'bash', 10: 'python3', 12: 'python3'}, starts_after={12: 10})
     result = ladder(host, actor, passes=0).run()
-    assert [h['pid'] for h, _seen in actor.stopped] == [50, 12]
-    assert [h for h, _seen in actor.stopped] == [seen for _h, seen in actor.stopped]
+    assert [h.pid for h, _seen in actor.stopped] == [50, 12]
+    assert [h.as_result() for h, _seen in actor.stopped] == [seen for _h, seen in actor.stopped]
     assert [h['pid'] for h in result['remaining'] if h['kind'] == 'respawner'] == [50]
 
 
@@ -792,8 +790,8 @@ def test_memory_charged_to_no_process_is_read_in_one_deep_pass(tmp_path, monkeyp
         os.kill(pid, signal.SIGKILL)
         shell.wait()
     assert scans == ([False] if charged else [True])
-    found = [h for h in survey.holders if h['pid'] == pid]
-    assert found and found[0]['evidence'] == (['fd', 'mmap', 'nvml'] if charged else ['fd', 'mmap'])
+    found = [h for h in survey.holders if h.pid == pid]
+    assert found and found[0].evidence == (['fd', 'mmap', 'nvml'] if charged else ['fd', 'mmap'])
 
 
 @pytest.mark.parametrize('uncharged, scans_expected', [
@@ -840,7 +838,7 @@ def test_the_drivers_share_of_each_context_keeps_gpu_reclaims_survey_to_nvmls_li
             os.kill(pid, signal.SIGKILL)
         shell.wait()
     assert scans == scans_expected
-    assert sorted(h['pid'] for h in survey.holders if h['context_gpus'] == [0]) == sorted(pids)
+    assert sorted(h.pid for h in survey.holders if h.context_gpus == [0]) == sorted(pids)
 
 
 ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service'
@@ -990,8 +988,8 @@ def test_pid_1_of_its_own_namespace_without_a_sigterm_handler_gets_sigkill_at_on
         (pid,) = _children(outer.pid)
         backend = _WhileAlive(str(tmp_path), pid, str(node))
         surveyor = flow.Surveyor(backend=backend)
-        (holder,) = [h for h in surveyor.survey().holders if h['pid'] == pid]
-        assert holder['sigterm_dropped'] is futile
+        (holder,) = [h for h in surveyor.survey().holders if h.pid == pid]
+        assert holder.sigterm_dropped is futile
         result = Ladder(surveyor, term_timeout=5.0, release_timeout=2.0, passes=1)
         started = result.clock()
         report = result.run()

@@ -15,16 +15,13 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
 
+from .holders import make_holder
+
 CID = 'a' * 64
 
 
 def holder(cgroup_owner, **fields):
-    base = {'pid': 4242, 'start_time': 77, 'name': 'python3', 'cmdline': 'python3 serve.py',
-            'state': 'sleeping', 'unit': None, 'unit_restart': None, 'protected': False,
-            'protected_reason': None, 'protected_code': None, 'owner': cgroup_owner,
-            'ppid': 100, 'parent_name': 'bash', 'wchan': None, 'context_gpus': [0], 'gpus': [0]}
-    base.update(fields)
-    return base
+    return make_holder(owner=cgroup_owner, **fields)
 
 
 def system_unit(unit='sglang.service', confirmed=True, restart='always'):
@@ -73,9 +70,9 @@ def test_a_container_lever_refuses_with_a_code():
     assert lever.container_lever(container(), protected_ids={CID}).refusal == lever.CALLERS
     assert lever.container_lever(container(), allowed=False).refusal == lever.OPTION_OFF
     assert lever.container_lever(container(), [re.compile('^nomatch$')]).refusal == lever.UNMATCHED
-    guarded = dict(container(), protected=True, protected_code=lever.INFRASTRUCTURE)
+    guarded = container()._replace(protected=True, protected_code=lever.INFRASTRUCTURE)
     assert lever.container_lever(guarded).refusal == lever.PROTECTED
-    init = dict(container(), protected=True, protected_code=lever.INIT_SHIELD)
+    init = container()._replace(protected=True, protected_code=lever.INIT_SHIELD)
     assert lever.container_lever(init).refusal is None
     assert lever.container_lever(system_unit()).refusal == trust.NOT_THAT_OWNER
 
@@ -96,18 +93,18 @@ def test_a_respawner_is_a_target_unless_a_code_says_why_not():
     assert lever.respawner_lever(parent, (), holds_gpu=False).refusal is None
     assert lever.respawner_lever(parent, (), holds_gpu=True).refusal == lever.HOLDS_GPU
     assert lever.respawner_lever(parent, [re.compile('sglang')], holds_gpu=False).refusal == lever.UNMATCHED
-    guarded = dict(parent, protected=True, protected_reason='GPU or cluster infrastructure (sshd)')
+    guarded = parent._replace(protected=True, protected_reason='GPU or cluster infrastructure (sshd)')
     got = lever.respawner_lever(guarded, (), holds_gpu=False)
     assert got.refusal == lever.PROTECTED and got.watch == lever.WATCH_PARENT
     assert say.respawner_refusal(guarded, got.refusal) == 'it is protected (GPU or cluster infrastructure (sshd))'
 
 
 def test_the_next_lever_reads_the_protection_code_not_the_sentence():
-    init = dict(container(), protected=True, protected_code=lever.INIT_SHIELD,
-                protected_reason='anything a future wording says')
+    init = container()._replace(protected=True, protected_code=lever.INIT_SHIELD,
+                                protected_reason='anything a future wording says')
     assert say.next_lever(init).startswith('it is the init of docker container')
-    other = dict(container(policy='no'), protected=True, protected_code=lever.PATTERN,
-                 protected_reason=say.CONTAINER_INIT)
+    other = container(policy='no')._replace(protected=True, protected_code=lever.PATTERN,
+                                            protected_reason=say.CONTAINER_INIT)
     assert say.next_lever(other).startswith('it is protected (')
 
 
@@ -135,7 +132,7 @@ def test_a_supervised_program_is_a_row_of_the_table_stopped_through_its_own_supe
 def test_a_supervised_lever_refuses_with_a_code():
     assert lever.supervised_lever(supervised(), allowed=False).refusal == lever.OPTION_OFF
     assert lever.supervised_lever(supervised(), [re.compile('^nomatch$')]).refusal == lever.UNMATCHED
-    assert lever.supervised_lever(dict(supervised(), protected=True)).refusal == lever.PROTECTED
+    assert lever.supervised_lever(supervised()._replace(protected=True)).refusal == lever.PROTECTED
     missing = supervised(error={'code': gpu_owner.CLI_MISSING, 'text': 'supervisorctl is not on PATH here'})
     assert lever.supervised_lever(missing).refusal == gpu_owner.CLI_MISSING
     assert lever.supervised_lever(system_unit()).refusal == trust.NOT_THAT_OWNER
@@ -153,7 +150,7 @@ def test_one_entry_maps_each_kind_of_owner_to_its_lever():
     orphan = holder(gpu_owner.owner_from_path('/init.scope'), ppid=1)
     got = lever.of(orphan)
     assert got.kind == lever.SIGNAL and got.refusal is None and got.key == (4242, 77)
-    assert lever.of(dict(orphan, pid=1)).refusal == lever.INIT
+    assert lever.of(orphan._replace(pid=1)).refusal == lever.INIT
 
 
 def test_codes_are_grouped_and_no_value_means_two_things():

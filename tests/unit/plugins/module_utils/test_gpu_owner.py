@@ -16,6 +16,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner as owner_mod
 
+from .holders import make_holder
 from .observations import CTX, gpu, proc, snap
 
 CID = "9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b"
@@ -263,7 +264,7 @@ def test_a_users_own_service_is_not_a_system_unit_to_stop():
                   cgroup=v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))
     holders, _unused, _unused = decide.classify(snap([gpu(0, used=900, processes=[(10, 900)])], [holder]),
                                                 [], set())
-    assert [h["pid"] for h in holders] == [10]
+    assert [h.pid for h in holders] == [10]
     assert decide.units_to_stop(holders, set()) == []
 
 
@@ -351,11 +352,11 @@ def test_a_users_service_is_her_managers_unit_not_the_systems():
     # The case test_units_and_nothing states: the unit is hers, and nothing system-wide stops it.
     got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))
     assert (got["kind"], got["unit"], got["manager"], got["uid"]) == ("user", "vllm.service", "user", 1000)
-    holder = {"unit": None, "owner": dict(got, confirmed=False)}
+    holder = make_holder(unit=None, owner=dict(got, confirmed=False))
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide
     assert gpu_decide.units_to_stop([holder], set()) == []
     assert gpu_decide.user_units_to_stop([holder]) == []
-    holder["owner"]["confirmed"] = True
+    holder = holder._replace(owner=dict(holder.owner, confirmed=True))
     assert gpu_decide.units_to_stop([holder], set()) == []
     assert gpu_decide.user_units_to_stop([holder]) == [(1000, "vllm.service")]
 

@@ -5,9 +5,11 @@ __metaclass__ = type
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_peers as peers
 
+from .holders import make_holder
+
 
 def rank1(peer_gpus=(0,)):
-    return {'pid': 4242, 'name': 'sglang::scheduler_TP1', 'context_gpus': [1], 'peer_gpus': list(peer_gpus)}
+    return make_holder(pid=4242, name='sglang::scheduler_TP1', context_gpus=[1], peer_gpus=list(peer_gpus))
 
 
 def row(index, used, free=False):
@@ -75,7 +77,7 @@ def test_rank1_is_a_peer_mapper_of_gpu0_and_the_diagnosis_says_so_without_reset(
     for dead_listed in (False, True):
         holders, rows, diagnosis = surveyed(nccl_after_rank0_died(dead_listed))
         (rank,) = holders
-        assert rank['context_gpus'] == [1] and rank['peer_gpus'] == [0]
+        assert rank.context_gpus == [1] and rank.peer_gpus == [0]
         assert rows[0]['peers'] == [4242] and rows[0]['free'] is False
         assert diagnosis == ['GPU 0: 291 MiB used that NVML charges to no process: PID 4242 '
                              '(sglang::scheduler_TP1) maps GPU 0, its context is on GPU 1: NCCL/IPC peer '
@@ -85,15 +87,15 @@ def test_rank1_is_a_peer_mapper_of_gpu0_and_the_diagnosis_says_so_without_reset(
 def test_peers_option_makes_the_mapper_a_target_of_gpu0():
     holders, _rows, _diagnosis = surveyed(nccl_after_rank0_died())
     assert decide.plan_targets(holders, [0], [])[0] == []
-    assert [t['pid'] for t in decide.plan_targets(holders, [0], [], peers_too=True)[0]] == [4242]
+    assert [t.pid for t in decide.plan_targets(holders, [0], [], peers_too=True)[0]] == [4242]
     # Reclaiming GPU 1 (its context) targets it whatever `peers` says.
-    assert [t['pid'] for t in decide.plan_targets(holders, [1], [])[0]] == [4242]
+    assert [t.pid for t in decide.plan_targets(holders, [1], [])[0]] == [4242]
 
 
 def test_failure_names_the_mapper_and_the_lever_never_a_reset():
     holders, rows, _diagnosis = surveyed(nccl_after_rank0_died())
     (rank,) = holders
-    remaining = [dict(rank, reason='maps peer memory of GPU 0', lever=peers.peer_lever(rank, 0))]
+    remaining = [rank.left(None, 'maps peer memory of GPU 0', lever=peers.peer_lever(rank, 0))]
     msg = say.failure_message(rows, remaining, 3.2, allow_reset=False)
     assert 'PID 4242 (sglang::schedul) sleeping: it maps GPU 0, its context is on GPU 1: NCCL/IPC peer ' \
            'memory; reclaim GPU 1 too or set peers: true' in msg
@@ -104,4 +106,4 @@ def test_an_unrelated_process_of_gpu1_on_a_gpu0_that_is_free_is_no_peer():
     s = snap([gpu(0, used=0), gpu(1, used=1000, processes=[(4242, 1000)])],
              [proc(4242, fds=RANK1_NODES, maps=RANK1_NODES)])
     holders, rows, diagnosis = surveyed(s)
-    assert holders[0]['peer_gpus'] == [] and rows[0]['free'] is True and diagnosis == []
+    assert holders[0].peer_gpus == [] and rows[0]['free'] is True and diagnosis == []

@@ -9,6 +9,8 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, ProcError, ProcessGone
 
+from .holders import make_holder
+
 
 def program(name, forked=False, inode=None):
     return respawn.Program('/usr/bin/' + name, 2049, inode if inode is not None else sum(map(ord, name)), forked)
@@ -51,7 +53,7 @@ class Table(object):
 
 
 def target(pid, table):
-    return {'pid': pid, 'ppid': table.rows[pid][0], 'start_time': table.rows[pid][1]}
+    return make_holder(pid=pid, ppid=table.rows[pid][0], start_time=table.rows[pid][1])
 
 
 def watch(table, *pids):

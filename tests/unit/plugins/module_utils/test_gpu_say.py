@@ -19,6 +19,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
+from .holders import make_holder
 from .observations import CTX, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 CID = 'e6cca3930084' + '0' * 52
@@ -30,11 +31,11 @@ def _held(**kwargs):
 
 
 def _traced(holders):
-    holders[0].update(tracer_pid=77, tracer_name='gdb', state='tracing-stop')
+    holders[0] = holders[0]._replace(tracer_pid=77, tracer_name='gdb', state='tracing-stop')
 
 
 def _policy(holders):
-    holders[0]['owner'].update(restart_policy='always', name='sglang')
+    holders[0] = holders[0]._replace(owner=dict(holders[0].owner, restart_policy='always', name='sglang'))
 
 
 def _unreadable():
@@ -141,8 +142,8 @@ def test_each_full_scan_code_is_decided_then_written():
 
 
 # Every fact any step's sentence names, so each code can be written here.
-HOLDER = {'pid': 20, 'name': 'sglang', 'state': 'sleeping', 'owner': {'kind': 'none'}, 'reason': 'not a target',
-          'protected_reason': 'matches protect pattern', 'start_time': 1}
+HOLDER = make_holder(pid=20, name='sglang', state='sleeping', owner={'kind': 'none'},
+                     protected_reason='matches protect pattern', start_time=1).left(None, 'not a target')
 FACTS = {'pid': 20, 'waited': 1.5, 'uid': 1000, 'timeout': 35.0, 'output': 'Unit x.service not loaded.',
          'runtime': 'proxmox', 'rc': 1, 'command': 'sv down /etc/sv/x', 'watched': 1.5, 'left': [21],
          'argv': ['nvidia-smi', '-r'], 'grace': 10, 'signal': 'SIGTERM', 'count': 2,

@@ -254,8 +254,9 @@ def test_pm2_jlist():
 def supervised_survey(pid=16, error=None, name='exits-on-term'):
     survey = held_by((pid, name), cgroup=SUP_CG.strip())
     found = sup.match([holder(pid), supervisord()], 40)
-    survey.holders[0]['owner'] = owner_of(found, None if error else 'worker', name='worker', error=error)
-    survey.holders[0]['owner']['supervisor']['program_pid'] = pid
+    owner = owner_of(found, None if error else 'worker', name='worker', error=error)
+    owner['supervisor']['program_pid'] = pid
+    survey.holders[0] = survey.holders[0]._replace(owner=owner)
     return survey
 
 
@@ -274,7 +275,7 @@ class SupervisingActor(ScriptedActor):
         self.calls.append(('run', ' '.join(argv), timeout))
         if self.stops:
             self.stopped = True
-            self.gone.update(h['pid'] for h in ends)
+            self.gone.update(h.pid for h in ends)
         return gpu_say.step(lever.COMMAND_OK, rc=0, output=''), True
 
     def status(self, argv, timeout, uid=None, home=None):
@@ -318,8 +319,9 @@ def test_a_failed_stop_is_named_never_fought_with_signals(monkeypatch):
 
     def survey(deep=False, full=True):
         fresh = supervised_survey()
-        owner = fresh.holders[0]['owner']
-        owner['cli_error'] = surveyor.supervisor_errors.get(sup.key(owner))
+        owner = fresh.holders[0].owner
+        fresh.holders[0] = fresh.holders[0]._replace(
+            owner=dict(owner, cli_error=surveyor.supervisor_errors.get(sup.key(owner))))
         return fresh
     surveyor.survey = survey
     result = ladder(surveyor, actor).run()
@@ -333,20 +335,20 @@ def test_a_supervised_holder_is_no_target_and_its_unit_is_never_stopped():
     survey = supervised_survey()
     holder_ = survey.holders[0]
     assert decide.skip_code(holder_, ()) == sup.LEVER_OFF
-    holder_['unit'] = 'supervisor.service'
+    holder_ = holder_._replace(unit='supervisor.service')
     assert decide.units_to_stop([holder_], set()) == []
-    assert decide.supervised_to_stop(survey.holders, [0], ()) == [holder_['owner']]
-    holder_['protected'], holder_['protected_reason'] = True, 'matches protect pattern'
+    assert decide.supervised_to_stop(survey.holders, [0], ()) == [holder_.owner]
+    survey.holders[0] = holder_._replace(protected=True, protected_reason='matches protect pattern')
     assert decide.supervised_to_stop(survey.holders, [0], ()) == []
 
 
 def test_a_container_whose_runtime_cli_failed_is_left_naming_its_stop(monkeypatch):
     survey = held_by((20, 'exits-on-term'))
     cid = 'a' * 64
-    survey.holders[0]['owner'] = gpu_owner.new_owner(
+    survey.holders[0] = survey.holders[0]._replace(owner=gpu_owner.new_owner(
         gpu_owner.CONTAINER, '/system.slice/docker-%s.scope' % cid, runtime='docker', id=cid,
         unit='docker-%s.scope' % cid, manager=gpu_owner.SYSTEM_MANAGER,
-        cli_error={'code': gpu_owner.CLI_MISSING, 'text': 'docker is not on PATH here'})
+        cli_error={'code': gpu_owner.CLI_MISSING, 'text': 'docker is not on PATH here'}))
     actor = SupervisingActor(monkeypatch)
     result = ladder(ScriptedSurveyor(survey), actor).run()
     assert [c for c in actor.calls if c[0] != 'wait_release'] == []

@@ -35,12 +35,15 @@ def stub():
 def held_in_stub(policy_surveyor):
     """GPU 0 held by one process in the stub runtime's container, classified by the real survey
     code: the owner from the cgroup (the family's recogniser), its facts read through the
-    family (Surveyor's facts of the snapshot), its name and policy filled in (name_owners)."""
+    family (Surveyor's facts of the snapshot), its name and policy filled in before the holder
+    is built (Surveyor.owners)."""
     snapshot = snap([gpu(0, used=4000, processes=[(NO_SUCH_PID, 4000)])],
                     [proc(NO_SUCH_PID, name='server', fds=CTX, maps=CTX, cgroup=cgroup_of(CID))])
     units, facts = policy_surveyor._facts_of(snapshot)
-    holders, clients, unconfirmed = decide.classify(snapshot, [], set(), units, facts=facts)
-    flow.name_owners(holders, 1.0, policy_surveyor.owner_details)
+    sorted_procs = decide.sort_processes(snapshot)
+    owners = policy_surveyor._owners([held.proc for held in sorted_procs[0]], units, facts)
+    holders, clients, unconfirmed = decide.classify(snapshot, [], set(), units, facts=facts, owners=owners,
+                                                    sorted_procs=sorted_procs)
     rows = decide.gpu_table(snapshot, holders, [0], 128, frozenset())
     return Survey(snapshot, [0], holders, clients, unconfirmed, rows, diagnosed(snapshot, holders, unconfirmed, rows))
 
@@ -67,7 +70,7 @@ def test_the_survey_reads_its_facts_once_and_trusts_its_confirmation(stub):
     held_in_stub(surveyor)
     holder = survey.holders[0]
     assert stub.asked == [CID]      # once per container and run
-    owner = holder['owner']
+    owner = holder.owner
     assert (owner['runtime'], owner['name'], owner['restart_policy'], owner['confirmed']) == (
         'stubrt', 'stub-0123', 'always', True)
     chosen = stub.lever(holder, flow.family.Context((), set(), set(), None, 5.0))
@@ -93,8 +96,10 @@ def test_its_container_unconfirmed_is_never_stopped_through_it(stub):
     stub.facts = lambda owner, timeout: {'restart_policy': 'always', 'pid': 4343,
                                          'init_cgroup': '0::/system.slice/other.service\n'}
     actor = ScriptedActor()
-    result = ladder(ScriptedSurveyor(held_in_stub(flow.Surveyor(backend=NVIDIA))), actor, passes=1).run()
+    survey = held_in_stub(flow.Surveyor(backend=NVIDIA))
+    result = ladder(ScriptedSurveyor(survey), actor, passes=1).run()
     assert not [c for c in actor.calls if c[0] == 'run']
     assert [c[0] for c in actor.calls if c[0] in ('SIGTERM', 'SIGKILL')] == ['SIGTERM', 'SIGKILL']
-    chosen = stub.lever(result['holders'][0], flow.family.Context((), set(), set(), None, 5.0))
+    assert result['holders'][0] == survey.holders[0].as_result()
+    chosen = stub.lever(survey.holders[0], flow.family.Context((), set(), set(), None, 5.0))
     assert chosen.refusal == lever.trust.UNCONFIRMED
