@@ -421,7 +421,9 @@ holders:
       type: str
       returned: success
 clients:
-  description: Processes with only shared NVIDIA nodes open (monitors, NVML users); same keys as RV(holders).
+  description:
+    - Processes with only shared NVIDIA nodes open (monitors, NVML users).
+    - The keys of RV(holders) but C(peer_gpus) (a client holds no GPU, so none is sorted among the GPUs).
   returned: success
   type: list
   elements: dict
