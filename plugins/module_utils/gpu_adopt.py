@@ -157,7 +157,7 @@ class Adoption(object):
 
     def _seen(self, pid):
         try:
-            info = gpu_observe.describe_process(pid, self.proc)
+            info = gpu_observe.read_process(pid, self.proc)
         except gpu_observe.ProcError:
             return None
         info_owner = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids)

@@ -317,7 +317,7 @@ def sort_processes(snapshot, free_threshold_mib=128):
 
 
 def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mib=128, facts=None,
-             owners=None, sorted_procs=None):
+             owners=None, sorted_procs=None, named=None):
     """Turn a snapshot into (holders, clients, unconfirmed): gpu_holder.Holder records, each
     built once, and the unconfirmed entries (sort_processes says which is which).
 
@@ -327,16 +327,19 @@ def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mi
     the final owner of a holder, resolved before (gpu_survey.Surveyor._owners: named by its
     runtime, a supervisor's program); a holder not in it, and every client, has the owner its
     cgroup names (cgroup_owner). `sorted_procs`: what sort_processes returned for this snapshot,
-    when the caller sorted it already to know whose owners to resolve.
+    when the caller sorted it already to know whose owners to resolve. `named`: PID -> the owner
+    its cgroup names, where the caller read it already to resolve `owners` (read once per holder).
     """
     units = units or {}
     facts = dict(facts or {}, units=units)
     owners = owners or {}
+    named = named or {}
     held, client_procs, unconfirmed = sorted_procs or sort_processes(snapshot, free_threshold_mib)
-    holders = [describe(h.proc, snapshot, h.gpus, h.listed, h.evidence, h.kind, protect_patterns, own_tree,
-                        units, h.context_gpus, facts, owner=owners.get(h.proc.pid), peer_gpus=h.peer_gpus)
+    holders = [holder_of(h.proc, snapshot, h.gpus, h.listed, h.evidence, h.kind, protect_patterns, own_tree,
+                         units, h.context_gpus, facts, owner=owners.get(h.proc.pid), peer_gpus=h.peer_gpus,
+                         named=named.get(h.proc.pid))
                for h in held]
-    clients = [describe(proc, snapshot, [], {}, set(), 'client', protect_patterns, own_tree, units, [], facts)
+    clients = [holder_of(proc, snapshot, [], {}, set(), 'client', protect_patterns, own_tree, units, [], facts)
                for proc in client_procs]
     return holders, clients, unconfirmed
 
@@ -350,16 +353,16 @@ def cgroup_owner(proc, units=None, facts=None):
     return owner
 
 
-def describe(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus,
-             facts=None, owner=None, peer_gpus=None):
+def holder_of(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus,
+              facts=None, owner=None, peer_gpus=None, named=None):
     """The gpu_holder.Holder of one process. `unit` is a unit of the system manager only; a unit
     of a user's manager stays in `owner`. `owner` is its final owner when resolved before
-    (classify's `owners`), else the one its cgroup names.
+    (classify's `owners`), else the one its cgroup names (`named` when read before, else read here).
 
     Protection is judged on the owner its cgroup names, as root named it: a supervisor's program
     (recognised by ancestry) gives it no shield and takes none away."""
     facts = facts or {}
-    named = cgroup_owner(proc, units, facts)
+    named = named or cgroup_owner(proc, units, facts)
     code, detail = protection_code(proc, own_tree, patterns, named, snapshot.infrastructure,
                                    facts.get('vendor_units'), units)
     owner = owner or named

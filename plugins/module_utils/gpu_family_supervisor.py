@@ -68,7 +68,7 @@ class Supervisor(family.Family):
 
     def phrase(self, chosen):
         owner = chosen.owner
-        return 'stop_supervised', supervisors.describe(owner), {
+        return 'stop_supervised', gpu_owner.describe(owner), {
             'runtime': owner['runtime'], 'program': owner['name'], 'unit': owner['unit'],
             'command': supervisors.manual(owner)}
 

@@ -344,7 +344,7 @@ class Ladder(object):
         another) and become the next targets; otherwise it is named in the failure."""
         entry = self.watch.parents.pop(pid)
         try:
-            parent = self.surveyor.describe(pid, survey.snapshot)
+            parent = self.surveyor.holder_of(pid, survey.snapshot)
         except observe.ProcessGone:
             return
         if parent.start_time != entry.start_time:
@@ -384,7 +384,7 @@ class Ladder(object):
             candidates = []
             for pid in fresh:
                 try:
-                    child = self.surveyor.describe(pid, survey.snapshot)
+                    child = self.surveyor.holder_of(pid, survey.snapshot)
                 except observe.ProcessGone:
                     continue
                 if not child.protected:

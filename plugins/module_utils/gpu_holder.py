@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Holder: one process as the survey classified it, a typed record built once (issue 32 item 2).
 
-gpu_decide.describe builds it, with its final owner (the Surveyor resolves owners before
+gpu_decide.holder_of builds it, with its final owner (the Surveyor resolves owners before
 classifying) and its peer GPUs; nothing changes it afterwards (a namedtuple: no field can be
 set). What the Ladder learns about a process while it runs (what it froze, what respawned,
 what it ended) is the Ladder's, keyed by (pid, start_time), never the holder's.

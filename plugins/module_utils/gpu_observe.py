@@ -557,7 +557,7 @@ def _thread_devices(base, pid, node_paths):
     return set(), set()
 
 
-def describe_process(pid, proc='/proc'):
+def read_process(pid, proc='/proc'):
     """Details of one process that holds nothing (an ancestor, a zombie's parent); raises
     ProcessGone."""
     info = ProcState(pid)
@@ -940,7 +940,7 @@ def _supervisor_link(pid, proc, link_type):
     be read."""
     base = '%s/%d' % (proc, pid)
     try:
-        info = describe_process(pid, proc)
+        info = read_process(pid, proc)
         exe = os.readlink(base + '/exe')
     except (ProcError, OSError):
         return None

@@ -182,10 +182,10 @@ def owner_clause(holder, by_hand):
 def supervised(owner):
     """The clause naming what a person does about a supervised holder that is still there, from
     its owner's `cli_error` code (gpu_supervisor's and gpu_owner's); the names and commands are
-    gpu_supervisor's facts (describe, manual, status_command)."""
+    gpu_owner.describe's phrase and gpu_supervisor's facts (manual, status_command)."""
     sup = owner.get('supervisor') or {}
     error = owner.get('cli_error') or {}
-    what = supervisors.describe(owner)
+    what = gpu_owner.describe(owner)
     command = supervisors.manual(owner)
     code = error.get('code')
     if code in (gpu_owner.CLI_MISSING, gpu_owner.CLI_TIMEOUT, gpu_owner.CLI_FAILED, supervisors.NOT_LISTED):

@@ -372,12 +372,6 @@ def running_pid(runtime, entries, program_id):
 
 # --- the lever's facts (gpu_say writes its sentences) --------------------------------------------
 
-def describe(owner):
-    """'supervisord program worker (supervisor PID 40, supervisor.service)' (gpu_owner.describe's
-    phrase for a supervisor owner)."""
-    return gpu_owner.describe(owner)
-
-
 def stoppable(owner):
     """Whether the supervisor may be asked to stop this program: it was matched by identity, its
     status named the program, and nothing failed."""

@@ -176,9 +176,10 @@ class Surveyor(object):
         # Owners are resolved before any holder is built (issue 32 item 2): each holder is
         # built once, with its final owner.
         sorted_procs = decide.sort_processes(snapshot, self.free_threshold_mib)
-        owners = self._owners([held.proc for held in sorted_procs[0]], units, facts)
+        named, owners = self._owners([held.proc for held in sorted_procs[0]], units, facts)
         holders, clients, unconfirmed = decide.classify(snapshot, self.protect, own_tree, units,
-                                                        self.free_threshold_mib, facts, owners, sorted_procs)
+                                                        self.free_threshold_mib, facts, owners, sorted_procs,
+                                                        named)
         spared = [h for h in holders if h.unit in self.spare_units and set(h.gpus) & set(selected)]
         survey = self._survey(snapshot, selected, holders, clients, unconfirmed, spared)
         held = set(row['index'] for row in survey.rows if not row['free'])
@@ -192,14 +193,15 @@ class Surveyor(object):
         return survey
 
     def _owners(self, procs, units, facts):
-        """PID -> the final owner of each of `procs` (gpu_observe.ProcState of holders): the
-        owner its cgroup names, confirmed (gpu_decide.cgroup_owner); a container's, pod's or
-        guest's named by its runtime (named_owner); the program of a process supervisor where
-        one runs it (gpu_family_supervisor, by identity on its ancestry)."""
+        """(named, final) for `procs` (gpu_observe.ProcState of holders), each PID -> an owner:
+        named, the owner its cgroup names, confirmed (gpu_decide.cgroup_owner: protection is
+        judged on it); final, a container's, pod's or guest's named by its runtime (named_owner),
+        the program of a process supervisor where one runs it (gpu_family_supervisor, by
+        identity on its ancestry), else the named one."""
         found = dict((proc.pid, decide.cgroup_owner(proc, units, facts)) for proc in procs)
         programs = families.SUPERVISOR.recognise_all(procs, found, units, self.nvml_timeout, self, self.proc)
-        return dict((pid, programs.get(pid) or named_owner(owner, self.nvml_timeout, self.owner_details))
-                    for pid, owner in found.items())
+        return found, dict((pid, programs.get(pid) or named_owner(owner, self.nvml_timeout, self.owner_details))
+                           for pid, owner in found.items())
 
     def _uncharged(self, gpus):
         """Whether a selected GPU uses memory the driver charges to no process (a leak, a holder
@@ -258,13 +260,13 @@ class Surveyor(object):
         self.last_facts = (units, facts)
         return units, facts
 
-    def describe(self, pid, snapshot):
+    def holder_of(self, pid, snapshot):
         """The gpu_holder.Holder of any process (a respawning parent, its new child); raises
         gpu_observe.ProcessGone."""
-        proc = observe.describe_process(pid, self.proc)
+        proc = observe.read_process(pid, self.proc)
         units, facts = self.last_facts
-        return decide.describe(proc, snapshot, [], {}, set(), 'respawner', self.protect,
-                               self.own_ancestors, units, [], facts)
+        return decide.holder_of(proc, snapshot, [], {}, set(), 'respawner', self.protect,
+                                self.own_ancestors, units, [], facts)
 
     # --- what gpu_respawn.Watch reads ---------------------------------------------------------
 
@@ -283,7 +285,7 @@ class Surveyor(object):
         """gpu_respawn.Link of an ancestor, with whether it is protected; raises
         gpu_observe.ProcError."""
         peeked = self.peek(pid)
-        proc = observe.describe_process(pid, self.proc)
+        proc = observe.read_process(pid, self.proc)
         code, _detail = decide.protection_code(proc, self.own_ancestors, self.protect,
                                                vendor_infrastructure=self.backend.infrastructure)
         if code == lever.INIT_SHIELD:

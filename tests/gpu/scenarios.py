@@ -871,7 +871,7 @@ def _survey_profile(ctx, key, pids):
             parts['maps_kib'] += len(handle.read()) // 1024
         parts['maps_ms'] += time.perf_counter() - began
         began = time.perf_counter()
-        observe.describe_process(pid)
+        observe.read_process(pid)
         parts['details_ms'] += time.perf_counter() - began
         parts['fds'] += len(os.listdir(base + '/fd'))
     found.update((k, round(v * 1000, 2) if k.endswith('_ms') else v) for k, v in parts.items())

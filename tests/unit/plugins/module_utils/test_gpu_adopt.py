@@ -125,7 +125,7 @@ def test_the_plan_takes_each_root_still_its_process_and_every_descendant(procs):
 
 def test_a_command_line_past_128_kib_is_adopted_by_its_numbers_and_returned_cut_short(procs):
     big = procs(args=['%0100d' % i for i in range(1500)])
-    assert len(gpu_observe.describe_process(big.pid).cmdline) > 128 * 1024
+    assert len(gpu_observe.read_process(big.pid).cmdline) > 128 * 1024
     out = gpu_adopt.Adoption('sglang-adopted', 5, [(big.pid, start_of(big.pid))], actor=Refusing()).run(True)
     (entry,) = out['procs']
     assert entry['pid'] == big.pid and len(entry['cmdline']) == gpu_adopt.CMDLINE_CHARS

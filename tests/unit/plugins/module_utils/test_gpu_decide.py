@@ -71,6 +71,20 @@ def test_nvml_listing_gives_memory_and_context():
     assert holder.evidence == ['fd', 'nvml']
 
 
+def test_a_holders_cgroup_owner_read_before_is_not_read_again(monkeypatch):
+    # gpu_survey.Surveyor reads each holder's cgroup owner once, to resolve its final owner, and
+    # hands it to classify (`named`): the holder is the same record, and no owner is read twice.
+    s = snap([gpu(0, used=900, processes=[(10, 900)])],
+             [proc(10, fds=CTX, maps=CTX, cgroup='0::/system.slice/sglang.service')])
+    (read_here,), _unused, _unused = classify(s)
+    named = {10: decide.cgroup_owner(s.procs[10])}
+    reads = []
+    real = decide.cgroup_owner
+    monkeypatch.setattr(decide, 'cgroup_owner', lambda *args, **kwargs: reads.append(args) or real(*args, **kwargs))
+    (handed,), _unused, _unused = decide.classify(s, [], set(), named=named)
+    assert reads == [] and handed == read_here and handed.unit == 'sglang.service'
+
+
 def test_nvml_pid_resolving_to_a_process_without_device_is_unconfirmed():
     # A host PID reported inside a container can name an unrelated local process.
     s = snap([gpu(0, used=4000, processes=[(10, 4000)])], [proc(10, name='bash')])

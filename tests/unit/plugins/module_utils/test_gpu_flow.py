@@ -128,10 +128,10 @@ class ScriptedSurveyor(object):
     def descendants(self, pid):
         return self.peek(pid)
 
-    def describe(self, pid, snapshot):
+    def holder_of(self, pid, snapshot):
         if pid not in self.others:
             raise act.ProcessGone(pid, 'stat')
-        return decide.describe(self.others[pid], snapshot, [], {}, set(), 'respawner', [], set(), {}, [])
+        return decide.holder_of(self.others[pid], snapshot, [], {}, set(), 'respawner', [], set(), {}, [])
 
 
 class ScriptedActor(object):
@@ -532,10 +532,10 @@ class Host(ScriptedSurveyor):
                 queue.append(child)
         return found
 
-    def describe(self, pid, snapshot):
+    def holder_of(self, pid, snapshot):
         if not self.live(pid):
             raise act.ProcessGone(pid, 'stat')
-        return decide.describe(self.table[pid], snapshot, [], {}, set(), 'respawner', [], set(), {}, [])
+        return decide.holder_of(self.table[pid], snapshot, [], {}, set(), 'respawner', [], set(), {}, [])
 
 
 def held_under(parent, holder_name='exits-on-term'):
@@ -890,7 +890,7 @@ def test_the_protected_units_and_containers_come_from_the_ancestors_cgroups():
         infrastructure_units = None
 
     surveyor = flow.Surveyor(backend=Backend(), spare_units=['spared'])
-    cgroups = [flow.observe.describe_process(pid).cgroup for pid in surveyor.own_ancestors]
+    cgroups = [flow.observe.read_process(pid).cgroup for pid in surveyor.own_ancestors]
     assert surveyor.protected_units() == set(['spared.service']) | set(
         u for u in (flow.decide.unit_from_cgroup(c) for c in cgroups) if u)
     owners = [gpu_owner.owner_from_cgroup(c) for c in cgroups]

@@ -38,7 +38,7 @@ def test_a_gone_process_raises_process_gone_everywhere():
         observe.read_identity(child.pid)
     assert err.value.pid == child.pid
     with pytest.raises(observe.ProcessGone):
-        observe.describe_process(child.pid)
+        observe.read_process(child.pid)
 
 
 def test_a_stat_cut_short_is_a_process_that_went(tmp_path):
@@ -151,10 +151,10 @@ def test_a_traced_process_names_its_tracer():
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             kids = observe.children_of(tracer.pid)
-            if kids and observe.describe_process(kids[0]).tracer_pid == tracer.pid:
+            if kids and observe.read_process(kids[0]).tracer_pid == tracer.pid:
                 break
             time.sleep(0.05)
-        assert kids and observe.describe_process(kids[0]).tracer_pid == tracer.pid
+        assert kids and observe.read_process(kids[0]).tracer_pid == tracer.pid
     finally:
         for pid in kids:
             os.kill(pid, signal.SIGKILL)
@@ -203,7 +203,7 @@ def test_cgroup_dir_uids_reads_each_directory_down_the_path(tmp_path):
 
 
 def test_status_uids_and_exe_owner_of_a_real_process():
-    proc = observe.describe_process(os.getpid())
+    proc = observe.read_process(os.getpid())
     assert proc.uids == (os.getuid(), os.geteuid(), os.getresuid()[2], os.getuid())
     assert proc.uid == os.getuid()
     assert proc.exe_uid == os.stat(os.path.realpath("/proc/self/exe")).st_uid
@@ -211,7 +211,7 @@ def test_status_uids_and_exe_owner_of_a_real_process():
 
 def test_read_cgroup_is_what_a_description_holds():
     own = os.getpid()
-    assert observe.read_cgroup(own) == observe.describe_process(own).cgroup
+    assert observe.read_cgroup(own) == observe.read_process(own).cgroup
     gone = subprocess.Popen(['true'])
     gone.wait()
     with pytest.raises(observe.ProcessGone):
@@ -246,7 +246,7 @@ def test_a_sigterm_handler_is_read_from_sigcgt_of_real_processes():
         made.append(subprocess.Popen([sys.executable, '-c', SIGWAIT % code], stdout=subprocess.PIPE))
         assert made[-1].stdout.readline().strip() == b'ready'
     try:
-        seen = [observe.describe_process(p.pid) for p in made]
+        seen = [observe.read_process(p.pid) for p in made]
         assert [(p.ignores_sigterm, p.handles_sigterm) for p in seen] == [(True, False), (False, True), (False, False)]
     finally:
         for proc in made:

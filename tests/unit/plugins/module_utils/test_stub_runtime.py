@@ -41,9 +41,9 @@ def held_in_stub(policy_surveyor):
                     [proc(NO_SUCH_PID, name='server', fds=CTX, maps=CTX, cgroup=cgroup_of(CID))])
     units, facts = policy_surveyor._facts_of(snapshot)
     sorted_procs = decide.sort_processes(snapshot)
-    owners = policy_surveyor._owners([held.proc for held in sorted_procs[0]], units, facts)
+    named, owners = policy_surveyor._owners([held.proc for held in sorted_procs[0]], units, facts)
     holders, clients, unconfirmed = decide.classify(snapshot, [], set(), units, facts=facts, owners=owners,
-                                                    sorted_procs=sorted_procs)
+                                                    sorted_procs=sorted_procs, named=named)
     rows = decide.gpu_table(snapshot, holders, [0], 128, frozenset())
     return Survey(snapshot, [0], holders, clients, unconfirmed, rows, diagnosed(snapshot, holders, unconfirmed, rows))
 
