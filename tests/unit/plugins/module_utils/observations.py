@@ -74,3 +74,28 @@ def diagnosed(snapshot, holders, unconfirmed, rows, spared_pids=frozenset(), bli
     """The diagnosis sentences the Surveyor writes: gpu_decide's findings through gpu_say."""
     return say.diagnosis(decide.findings(snapshot, holders, unconfirmed, rows, spared_pids, bool(blind_sentence)),
                          blind_sentence)
+
+
+# A process's /proc/PID/cgroup text as the kernel writes it, and its owner as gpu_owner reads it
+# with the families' recognisers. Container ids are 64 hex digits as the runtimes make them; pod
+# UIDs are RFC 4122 UUIDs.
+CID = "9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b"
+CID2 = "34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376"
+POD_UID = "74c13223-5a00-11e9-b385-42010a80018d"
+
+V1_ROOTS = "".join("%d:%s:/\n" % (i, c) for i, c in enumerate(
+    ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids"), start=1))
+
+
+def v2(path):
+    return "0::%s\n" % path
+
+
+def v1(path, controllers=("cpu,cpuacct", "memory", "pids", "devices")):
+    lines = ["%d:%s:%s" % (i, c, path) for i, c in enumerate(controllers, start=2)]
+    return "\n".join(["1:name=systemd:%s" % path] + lines) + "\n"
+
+
+def own(text):
+    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
+    return gpu_owner.owner_from_cgroup(text)

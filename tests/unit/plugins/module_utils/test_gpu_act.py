@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
+from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import read_identity
 
 from .holders import make_holder
@@ -148,3 +149,21 @@ def test_wait_gone_polls_proc_without_pidfds(sleeper, monkeypatch):
         assert sleeper.poll() is None
     finally:
         short.wait()
+
+
+def test_check_mode_counts_what_a_supervisors_stop_ends_as_ended():
+    actor = act.RecordingActor()
+    holder = make_holder(pid=4242, start_time=77)
+    result, changed = actor.run(['supervisorctl', 'stop', 'worker'], 35, ends=[holder])
+    assert (result.code, changed) == (lever.WOULD_RUN, True) and actor.ended == {(4242, 77)}
+
+
+def test_a_commands_rc_and_output_come_back_as_facts_for_the_family_to_judge():
+    result, changed = act.HostActor().run(['sh', '-c', 'echo nope; exit 3'], 10)
+    assert (result.code, changed, result.facts['rc'], result.facts['output']) == (lever.COMMAND_FAILED, False, 3, 'nope')
+    result, changed = act.HostActor().run(['true'], 10)
+    assert (result.code, changed, result.facts['rc']) == (lever.COMMAND_OK, True, 0)
+
+
+def test_signal_names_cover_the_signals_the_ladder_sends():
+    assert set(act.SIGNAL_NAMES) >= {signal.SIGTERM, signal.SIGKILL, signal.SIGCONT, signal.SIGSTOP}

@@ -1,18 +1,17 @@
-"""gpu_families and gpu_family: the ordered list of owner families the Ladder walks, which
-family answers for which owner, whose facts each reads, and how the action of each pull is
-phrased (issue 32 item 1)."""
+"""gpu_families: the ordered list of owner families the Ladder walks, which family answers for
+which owner, whose facts each reads in that order, how the action of each pull is phrased, and
+the recognisers it hands gpu_owner (issue 32 item 1). One family's own rules are tested in its
+test_gpu_family_<name>.py; the unit stop they share in test_gpu_family.py."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as act
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_families as families
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family as family
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 from .holders import make_holder
 
@@ -88,66 +87,6 @@ def test_a_container_or_program_is_pulled_once_a_run_a_unit_again():
     assert families.CONTAINER.seen(lever.lever(lever.STOP_CONTAINER, ('docker', CID)), Watch)
     assert families.SUPERVISOR.seen(lever.lever(lever.STOP_SUPERVISED, 'k'), Watch)
     assert not families.SYSTEM_UNIT.seen(lever.lever(lever.STOP_UNIT, 'gpuhog.service'), Watch)
-
-
-# --- a unit's stop: the Lever's argv through the actor, judged here (gpu_family.stop_unit) ---------
-
-class Actor(object):
-    """An actor double: the stop command exits `rc`; the unit reads down within the wait or not."""
-
-    recording = False
-
-    def __init__(self, rc=0, down=True):
-        self.rc, self.down, self.ran = rc, down, []
-
-    def run(self, argv, timeout, as_user=None, ends=()):
-        self.ran.append((argv, timeout, as_user))
-        code = lever.COMMAND_OK if self.rc == 0 else lever.COMMAND_FAILED
-        return say.step(code, rc=self.rc, output='Unit x.service not loaded.' if self.rc else ''), self.rc == 0
-
-    def wait_until(self, predicate, timeout, max_interval=None):
-        return (True, 0.2) if self.down else (False, timeout)
-
-
-STOP = ['systemctl', 'stop', '--no-block', '--', 'x.service']
-
-
-def test_a_units_stop_is_read_down_stopping_or_failed_from_rc_and_is_active():
-    cases = [(Actor(), lever.UNIT_STOPPED, True), (Actor(down=False), lever.UNIT_STOPPING, True),
-             (Actor(rc=5), lever.STOP_FAILED, False)]
-    for actor, code, changed in cases:
-        result, did = family.stop_unit(actor, STOP, gpu_owner.SYSTEM_MANAGER, 'x.service', 5.0)
-        assert (result.code, did) == (code, changed)
-        assert actor.ran == [(STOP, family.SYSTEMCTL_TIMEOUT_S, None)]
-    assert 'not loaded' in family.stop_unit(Actor(rc=5), STOP, gpu_owner.SYSTEM_MANAGER, 'x.service', 5.0)[0]
-
-
-def test_is_active_reads_down_when_inactive_failed_or_gone_never_while_deactivating():
-    assert family.unit_down(3, 'inactive') and family.unit_down(3, 'failed') and family.unit_down(4, 'unknown')
-    assert family.unit_down(124, 'systemctl is-active did not answer')
-    assert not family.unit_down(0, 'active') and not family.unit_down(3, 'deactivating')
-
-
-def test_check_mode_plans_a_units_stop_as_before_and_runs_nothing():
-    actor = act.RecordingActor()
-    result, changed = family.stop_unit(actor, STOP, gpu_owner.USER_MANAGER, 'x.service', 5.0, uid=1000)
-    assert (result.code, changed) == (lever.WOULD_STOP_UNIT, True)
-    assert str(result) == str(say.step(lever.WOULD_STOP_UNIT, timeout=5.0, uid=1000))
-    assert actor.ended == set()
-
-
-def test_check_mode_counts_what_a_supervisors_stop_ends_as_ended():
-    actor = act.RecordingActor()
-    holder = make_holder(pid=4242, start_time=77)
-    result, changed = actor.run(['supervisorctl', 'stop', 'worker'], 35, ends=[holder])
-    assert (result.code, changed) == (lever.WOULD_RUN, True) and actor.ended == {(4242, 77)}
-
-
-def test_a_commands_rc_and_output_come_back_as_facts_for_the_family_to_judge():
-    result, changed = act.HostActor().run(['sh', '-c', 'echo nope; exit 3'], 10)
-    assert (result.code, changed, result.facts['rc'], result.facts['output']) == (lever.COMMAND_FAILED, False, 3, 'nope')
-    result, changed = act.HostActor().run(['true'], 10)
-    assert (result.code, changed, result.facts['rc']) == (lever.COMMAND_OK, True, 0)
 
 
 # --- recognition: each layout is its family's; gpu_owner knows only systemd's generic one --------

@@ -1,8 +1,10 @@
-"""gpu_owner: the owner of a process from real /proc/PID/cgroup texts of each runtime.
+"""gpu_owner: the owner of a process from real /proc/PID/cgroup texts: the walk over every
+hierarchy (outermost owner first, a pod anywhere, a user's subtree), systemd's own layout, the
+runtime table, descriptions. Each runtime's, guest's and pod's layout is its family's
+(test_gpu_family_container.py, test_gpu_family_guest.py, test_gpu_family_pod.py).
 
 Each case names where its layout comes from: the runtime's source, its documentation, a
 public write-up quoting a real host, or this project's lab (podman 4.3.1 in a lab node).
-Container ids are 64 hex digits as the runtimes make them; pod UIDs are RFC 4122 UUIDs.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -17,47 +19,10 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner as owner_mod
 
 from .holders import make_holder
-from .observations import CTX, gpu, proc, snap
-
-CID = "9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b"
-CID2 = "34dc0b5e626f2c5c4c5170e34b10e7654ce36f0fcd532739f4445baabea03376"
-POD_UID = "74c13223-5a00-11e9-b385-42010a80018d"
-
-V1_ROOTS = "".join("%d:%s:/\n" % (i, c) for i, c in enumerate(
-    ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids"), start=1))
+from .observations import CID, CTX, POD_UID, V1_ROOTS, gpu, own, proc, snap, v1, v2
 
 
-def v2(path):
-    return "0::%s\n" % path
-
-
-def v1(path, controllers=("cpu,cpuacct", "memory", "pids", "devices")):
-    lines = ["%d:%s:%s" % (i, c, path) for i, c in enumerate(controllers, start=2)]
-    return "\n".join(["1:name=systemd:%s" % path] + lines) + "\n"
-
-
-def own(text):
-    return owner_mod.owner_from_cgroup(text)
-
-
-# --- containers ---------------------------------------------------------------------------
-
-def test_podman_systemd_driver_v2_as_seen_in_the_lab():
-    # Read in this project's lab: podman 4.3.1 (Debian 12) with runc, rootful, cgroup v2,
-    # systemd cgroup manager: libpod's scope "libpod-<id>.scope" in machine.slice.
-    # The v1 lines are "/" because the node's cgroup namespace roots them there.
-    text = V1_ROOTS + "9:name=systemd:/\n" + v2("/machine.slice/libpod-%s.scope" % CID)
-    got = own(text)
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
-    assert got["unit"] == "libpod-%s.scope" % CID
-
-
-def test_podman_crun_payload_subgroup_v2():
-    # crun can put the payload in a subgroup of the scope (the run.oci.systemd.subgroup
-    # annotation, crun(1)): whatever lies below the container's scope is the container's.
-    got = own(v2("/machine.slice/libpod-%s.scope/container" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
-
+# --- containers: what the walk decides (each runtime's layout: test_gpu_family_container.py) ---
 
 def test_podman_rootless_user_slice_is_the_users_not_a_container():
     # Rootless podman: the user's systemd instance owns the scope, in user.slice of
@@ -71,36 +36,6 @@ def test_podman_rootless_user_slice_is_the_users_not_a_container():
     assert (got["unit"], got["manager"]) == ("libpod-%s.scope" % CID, "user")
 
 
-def test_podman_cgroupfs_manager_v1():
-    # podman --cgroup-manager=cgroupfs: containers/podman libpod (runtime_ctr.go) sets
-    # CgroupParent = CgroupfsDefaultCgroupParent, "/libpod_parent"; public detection code
-    # quotes a real host: "podman: /libpod_parent/libpod-73a4fb97...".
-    got = own(v1("/libpod_parent/libpod-%s" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "podman", CID)
-
-
-def test_podman_conmon_scope_is_not_the_container():
-    # conmon runs in "libpod-conmon-<id>.scope" beside the container's scope (podman's
-    # systemd cgroup manager); it holds no GPU and stopping it is not stopping the container.
-    got = own(v2("/machine.slice/libpod-conmon-%s.scope" % CID))
-    assert got["kind"] == "scope" and got["runtime"] is None
-
-
-def test_docker_systemd_driver_v2():
-    # moby/moby cmd/dockerd/daemon_systemd_unix.go newCgroupParent: with the systemd driver
-    # the parent is "system.slice:docker:" and runc names the unit "docker-<id>.scope".
-    got = own(v2("/system.slice/docker-%s.scope" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "docker", CID)
-    assert got["unit"] == "docker-%s.scope" % CID
-
-
-def test_docker_cgroupfs_driver_v1_hybrid():
-    # moby/moby newCgroupParent: cgroupfs driver parent "docker" -> "/docker/<id>" in every
-    # v1 hierarchy; on a hybrid host the unified line shows the same path.
-    got = own(v1("/docker/%s" % CID) + v2("/docker/%s" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "docker", CID)
-
-
 def test_docker_v1_only_in_controllers():
     # A v1 host where name=systemd still shows the session that started dockerd's client
     # and only the controllers show the container: every path is read, the container wins.
@@ -110,49 +45,7 @@ def test_docker_v1_only_in_controllers():
     assert (got["kind"], got["runtime"], got["id"]) == ("container", "docker", CID)
 
 
-def test_nerdctl_systemd_driver():
-    # containerd/nerdctl generateCgroupPath: with the systemd driver the cgroups path is
-    # slice + ":nerdctl:" + id, which runc turns into "nerdctl-<id>.scope" in that slice.
-    got = own(v2("/system.slice/nerdctl-%s.scope" % CID))
-    assert (got["kind"], got["runtime"], got["id"], got["namespace"]) == ("container", "containerd", CID, "default")
-
-
-def test_containerd_cgroupfs_namespace_parent():
-    # containerd oci/spec.go populateDefaultUnixSpec: CgroupsPath = filepath.Join("/", ns, id),
-    # the containerd namespace as parent (ctr run, nerdctl with the cgroupfs driver).
-    got = own(v2("/default/%s" % CID))
-    assert (got["kind"], got["runtime"], got["id"], got["namespace"]) == ("container", "containerd", CID, "default")
-
-
-# --- Kubernetes pods ----------------------------------------------------------------------
-
-def test_pod_systemd_driver_containerd_burstable():
-    # kubelet (pkg/kubelet/cm, the systemd cgroup driver): kubepods.slice /
-    # kubepods-<qos>.slice / kubepods-<qos>-pod<uid, '-' as '_'>.slice; containerd's CRI
-    # getCgroupsPath joins "<slice>:cri-containerd:<id>" -> "cri-containerd-<id>.scope".
-    path = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
-            "cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), CID))
-    got = own(v2(path))
-    assert got["kind"] == "pod"
-    assert got["pod"]["uid"] == POD_UID
-    assert (got["runtime"], got["id"]) == ("cri-containerd", CID)
-
-
-def test_pod_guaranteed_crio():
-    # Guaranteed pods sit directly under kubepods.slice (no QoS slice); CRI-O names the
-    # container's scope "crio-<id>.scope" (its conmon's "crio-conmon-<id>.scope").
-    path = "/kubepods.slice/kubepods-pod%s.slice/crio-%s.scope" % (POD_UID.replace("-", "_"), CID)
-    got = own(v2(path))
-    assert (got["kind"], got["runtime"], got["pod"]["uid"]) == ("pod", "cri-o", POD_UID)
-
-
-def test_pod_cgroupfs_driver_v1():
-    # kubelet cgroupfs driver: /kubepods/<qos>/pod<uid>/<container id>; this exact path is a
-    # real GKE node's, from Qard/container-info test/fixtures.
-    path = "/kubepods/besteffort/pod%s/%s" % (POD_UID, CID2)
-    got = own(v1(path))
-    assert (got["kind"], got["id"], got["pod"]["uid"]) == ("pod", CID2, POD_UID)
-
+# --- Kubernetes pods: a pod in any hierarchy (the layouts: test_gpu_family_pod.py) ----------
 
 def test_pod_wins_over_anything_else_in_another_hierarchy():
     # A process the kubelet owns in any hierarchy is the kubelet's: never treated as a
@@ -162,74 +55,7 @@ def test_pod_wins_over_anything_else_in_another_hierarchy():
     assert own(text)["kind"] == "pod"
 
 
-# --- guests -------------------------------------------------------------------------------
-
-def test_proxmox_guest_with_its_own_service():
-    # Proxmox (pve-container) puts guest <vmid> in "lxc/<vmid>" with the guest's own tree in
-    # an inner "ns" directory; a real host's line, quoted in USTC-vlab/maint-docs
-    # (docs/workflow/miscellaneous.md): "0::/lxc/6666/ns/system.slice/lightdm.service".
-    got = own(v2("/lxc/6666/ns/system.slice/lightdm.service"))
-    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "proxmox", "6666")
-    # The guest's unit is the guest's, never this host's unit to stop.
-    assert got["unit"] is None
-    assert got["guest_unit"] == "lightdm.service"
-
-
-def test_proxmox_guest_init():
-    got = own(v2("/lxc/101/ns/init.scope"))
-    assert (got["runtime"], got["id"], got["guest_unit"]) == ("proxmox", "101", "init.scope")
-
-
-def test_lxc_4_payload_v2():
-    # LXC >= 4 (lxc/lxc src/lxc/cgroups/cgroup.h DEFAULT_PAYLOAD_CGROUP_PREFIX
-    # "lxc.payload.", joined with the container name in cgfsng.c); LXD/Incus use the same.
-    got = own(v2("/lxc.payload.sglang-box/system.slice/sglang.service"))
-    assert (got["kind"], got["runtime"], got["id"], got["name"]) == ("guest", "lxc", "sglang-box", "sglang-box")
-    assert got["guest_unit"] == "sglang.service"
-
-
-def test_lxc_3_v1_layout():
-    # LXC <= 3 on cgroup v1: "/lxc/<name>" in every hierarchy.
-    got = own(v1("/lxc/web1"))
-    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "lxc", "web1")
-
-
-def test_nspawn_registered_guest():
-    # systemd-nspawn registered with machined: "machine-<name>.scope" (name '-' escaped as
-    # \x2d), the guest's tree under "payload" (as unregistered ones show it, below).
-    got = own(v2("/machine.slice/machine-gpu\\x2dbox.scope/payload/system.slice/sglang.service"))
-    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "systemd-nspawn", "gpu-box")
-    assert got["guest_unit"] == "sglang.service"
-
-
-def test_nspawn_unregistered_guest_as_the_lab_controller_sees_it():
-    # Read on this project's controller before lab nodes had cgroups of their own: a node
-    # (nspawn --register=no --keep-unit, started outside any unit) running a podman container,
-    # seen from outside the node.
-    got = own("9:name=systemd:/payload\n4:memory:/process_api/eb746d0e\n"
-              + v2("/payload/machine.slice/libpod-%s.scope" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "systemd-nspawn", None)
-    assert got["guest_unit"] == "libpod-%s.scope" % CID
-
-
-@pytest.mark.parametrize("outside", [
-    "/user.slice/user-0.slice/session-5.scope",   # started by hand from an SSH session
-    "/system.slice/gpu-box.service",              # started by a unit of its own, --keep-unit
-    "/gpuops10-node1",                            # the lab: a cgroup the starter made for it
-])
-def test_nspawn_keep_unit_guest_below_the_cgroup_it_was_started_in(outside):
-    # The guest's sglang.service is the guest's unit, never this host's: a host unit of that
-    # name must not be the one stopped.
-    got = own("9:name=systemd:%s/payload/system.slice/sglang.service\n" % outside
-              + v2("%s/payload/system.slice/sglang.service" % outside))
-    assert (got["kind"], got["runtime"], got["id"], got["unit"]) == ("guest", "systemd-nspawn", None, None)
-    assert got["guest_unit"] == "sglang.service"
-
-
-def test_nspawn_supervisor_is_the_hosts_process_in_the_starters_unit():
-    got = own(v2("/user.slice/user-0.slice/session-5.scope/supervisor"))
-    assert (got["kind"], got["unit"]) == ("session", "session-5.scope")
-
+# --- guests: the outermost owner wins (the layouts: test_gpu_family_guest.py) --------------
 
 def test_docker_inside_an_lxc_guest_belongs_to_the_guest():
     # Seen from the Proxmox host, docker's container is inside guest 101: the host's docker
@@ -339,13 +165,6 @@ def test_describe_names_what_a_person_can_act_on():
 
 
 # --- the trust boundary (see also test_gpu_trust.py) --------------------------------------
-
-def test_unescape_systemd_never_makes_a_control_character():
-    # Any user can name a cgroup machine-x\x0ay.scope in her subtree, and root can be handed
-    # such a name too: only printable ASCII is unescaped.
-    got = own(v2(r"/machine.slice/machine-a\x2db\x0a\x1bc.scope"))
-    assert got["id"] == r"a-b\x0a\x1bc"
-    assert got["id"].isprintable()
 
 
 def test_a_users_service_is_her_managers_unit_not_the_systems():
