@@ -99,3 +99,21 @@ def v1(path, controllers=("cpu,cpuacct", "memory", "pids", "devices")):
 def own(text):
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
     return gpu_owner.owner_from_cgroup(text)
+
+
+class _ScriptedGpus(NVIDIA.__class__):
+    """The NVIDIA backend with the driver's answer given: node paths under a test directory."""
+
+    def __init__(self, dev_dir, gpus):
+        super(_ScriptedGpus, self).__init__(dev_dir)
+        self.gpus = gpus
+
+    def read_gpus(self, timeout):
+        return self.gpus
+
+
+# A real process holding a device node as a GPU holder does: it maps argv[1], says 'ready', waits.
+_MAP_AND_WAIT = (
+    "import mmap, sys\n"
+    "f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096)\n"
+    "print('ready', flush=True); import time; time.sleep(120)\n")

@@ -1,12 +1,16 @@
 """gpu_family_container: each container runtime's cgroup layout, recognised as that runtime's
 container, from real /proc/PID/cgroup texts. Each case names where its layout comes from: the
 runtime's source, its documentation, a public write-up quoting a real host, or this project's
-lab (podman 4.3.1 in a lab node)."""
+lab (podman 4.3.1 in a lab node). Its lever in the ladder: a container is stopped through its
+runtime before any signal, and never without stop_containers."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-from .observations import CID, V1_ROOTS, own, v1, v2
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder
+
+from .observations import CID, CTX, V1_ROOTS, gpu, own, proc, runtime_confirms, v1, v2
+from .test_gpu_flow import NO_SUCH_PID, ScriptedSurveyor, survey_of
 
 
 def test_podman_systemd_driver_v2_as_seen_in_the_lab():
@@ -68,3 +72,37 @@ def test_containerd_cgroupfs_namespace_parent():
     # the containerd namespace as parent (ctr run, nerdctl with the cgroupfs driver).
     got = own(v2("/default/%s" % CID))
     assert (got["kind"], got["runtime"], got["id"], got["namespace"]) == ("container", "containerd", CID, "default")
+
+
+def container_held(nspid=None, policy=None):
+    cgroup = '0::/machine.slice/libpod-%s.scope\n' % CID
+    survey = survey_of([gpu(0, used=5000, processes=[(NO_SUCH_PID, 5000)])],
+                       [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid, cgroup=cgroup)],
+                       facts=runtime_confirms(cgroup))
+    survey.holders = [h._replace(owner=dict(h.owner, name='hog', restart_policy=policy)) for h in survey.holders]
+    return survey
+
+
+def changing(result):
+    return [(a['step'], a.get('container'), a.get('runtime'), a['result']) for a in result['actions'] if a['changed']]
+
+
+def test_check_mode_plans_the_container_stop_before_any_signal():
+    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True).run()
+    assert changing(result) == [('stop_container', CID, 'podman', 'would stop it (grace 30.0s)')]
+    assert result['actions'][0]['step'] == 'stop_container' and result['changed'] is True
+
+
+def test_check_mode_plans_nothing_for_a_container_init_without_the_lever():
+    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True,
+                    stop_containers=False).run()
+    assert changing(result) == [] and result['changed'] is False
+
+
+def test_without_the_lever_a_restarting_container_is_not_fought():
+    result = Ladder(ScriptedSurveyor(container_held(policy='always')), check_mode=True,
+                    stop_containers=False).run()
+    assert not [a for a in result['actions'] if a['step'].startswith('sig')]
+    plain = Ladder(ScriptedSurveyor(container_held(policy=None)), check_mode=True,
+                   stop_containers=False).run()
+    assert [a['step'] for a in plain['actions'] if a['step'].startswith('sig')][:1] == ['sigterm']

@@ -1,13 +1,14 @@
 """gpu_family_guest: each guest's cgroup layout (Proxmox, LXC, systemd-nspawn), recognised as
 the guest with its own unit inside it (never this host's unit), from real /proc/PID/cgroup
-texts; the names it unescapes."""
+texts; the names it unescapes; a guest unit that comes back keeps its GPU held and named."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import pytest
 
-from .observations import CID, own, v1, v2
+from .observations import CID, CTX, gpu, own, proc, v1, v2
+from .test_gpu_flow import GUEST_UNIT, ScriptedActor, ScriptedSurveyor, free, guest_and_stuck, ladder, survey_of
 
 
 def test_proxmox_guest_with_its_own_service():
@@ -83,3 +84,20 @@ def test_unescape_systemd_never_makes_a_control_character():
     got = own(v2(r"/machine.slice/machine-a\x2db\x0a\x1bc.scope"))
     assert got["id"] == r"a-b\x0a\x1bc"
     assert got["id"].isprintable()
+
+
+def guest_back_without_memory():
+    """The guest's systemd started sglang.service again: its new process, PID 20, has the device
+    open and no context yet (a real server loads its weights first; the soak's guest trials saw
+    it so 0.2 s after the kill), so NVML lists nothing and the memory reads free."""
+    return survey_of([gpu(0, used=0)], [proc(20, name='exits-on-kill', fds=CTX, cgroup=GUEST_UNIT)])
+
+
+def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named():
+    actor = ScriptedActor()
+    result = ladder(ScriptedSurveyor(guest_and_stuck((10,)), free(), guest_back_without_memory()), actor).run()
+    assert [c for c in actor.calls if c[0].startswith('SIG')] == [('SIGTERM', 10), ('SIGKILL', 10)]
+    watch = [a for a in result['actions'] if a['step'] == 'watch_respawn']
+    assert watch and watch[0]['code'] == 'guest_back' and 'PID 20' in watch[0]['result']
+    assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
+    assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']

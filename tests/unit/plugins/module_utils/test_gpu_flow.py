@@ -9,7 +9,6 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,15 +19,13 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_act as a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_respawn as respawn
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import ProcAccess
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout, UnitFacts
 
-from .observations import CTX, NVIDIA, diagnosed, gpu, proc, runtime_confirms, snap
+from .observations import _MAP_AND_WAIT, CTX, NVIDIA, _ScriptedGpus, diagnosed, gpu, proc, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
 UNIT = '0::/system.slice/gpuhog.service'
@@ -186,20 +183,6 @@ class ScriptedActor(object):
         return 'disk-sleep'
 
 
-@pytest.fixture
-def managers(monkeypatch):
-    """systemd's side of a unit's stop: each unit's is-active reads inactive once asked (a
-    queued stop done), and user 1000's own manager runs. Returns what was asked, as whom."""
-    asked = []
-
-    def unit_state(argv, timeout, keywords=None):
-        asked.append((' '.join(argv), (keywords or {}).get('user')))
-        return 3, 'inactive'
-    monkeypatch.setattr(observe, 'unit_state', unit_state)
-    monkeypatch.setattr(observe, 'user_manager_call', lambda uid: ({}, {'user': uid}) if uid == 1000 else None)
-    return asked
-
-
 def held_by(*holders, **kwargs):
     """GPU 0 held by the given (pid, name) processes, each charged 1000 MiB."""
     procs = [proc(pid, name=name, fds=CTX, maps=CTX, cgroup=kwargs.get('cgroup', '0::/user.slice'))
@@ -261,18 +244,6 @@ def test_force_sends_sigkill_only():
     actor = ScriptedActor()
     ladder(ScriptedSurveyor(held_by((10, 'exits-on-term')), free()), actor, force=True).run()
     assert actor.calls == [('SIGKILL', 10), ('wait_gone', [10], 5.0)]
-
-
-def test_a_restarting_unit_is_stopped_before_any_signal(managers):
-    actor = ScriptedActor()
-    s = held_by((10, 'exits-on-term'), cgroup=UNIT, units=GPUHOG)
-    result = ladder(ScriptedSurveyor(s, free()), actor).run()
-    # The Lever's argv, then is-active polled through the actor's wait, bounded by the grace.
-    assert actor.calls[:2] == [('run', 'systemctl stop --no-block -- gpuhog.service'), ('wait_release', 5.0)]
-    assert managers == [('systemctl is-active -- gpuhog.service', None)]
-    assert actor.calls[2] == ('SIGTERM', 10), 'the stop left the process alive: it is signalled'
-    assert result['actions'][0]['code'] == lever.UNIT_STOPPED
-    assert result['actions'][0]['target'] == 'gpuhog.service'
 
 
 def test_a_spared_unit_is_neither_stopped_nor_signalled():
@@ -390,43 +361,6 @@ def test_the_doubles_answer_what_the_real_surveyor_and_actor_answer():
     assert _public(act.HostActor()) - _public(ScriptedActor()) == set()
     assert _public(act.RecordingActor()) - _public(act.HostActor()) == set()
     assert act.HostActor().ended == frozenset()
-
-
-CID = '9408f0bbe98e121b565cc3d4090a128d9894b03676992794f62c58c6a037b74b'
-
-
-def container_held(nspid=None, policy=None):
-    cgroup = '0::/machine.slice/libpod-%s.scope\n' % CID
-    survey = survey_of([gpu(0, used=5000, processes=[(NO_SUCH_PID, 5000)])],
-                       [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid, cgroup=cgroup)],
-                       facts=runtime_confirms(cgroup))
-    survey.holders = [h._replace(owner=dict(h.owner, name='hog', restart_policy=policy)) for h in survey.holders]
-    return survey
-
-
-def changing(result):
-    return [(a['step'], a.get('container'), a.get('runtime'), a['result']) for a in result['actions'] if a['changed']]
-
-
-def test_check_mode_plans_the_container_stop_before_any_signal():
-    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True).run()
-    assert changing(result) == [('stop_container', CID, 'podman', 'would stop it (grace 30.0s)')]
-    assert result['actions'][0]['step'] == 'stop_container' and result['changed'] is True
-
-
-def test_check_mode_plans_nothing_for_a_container_init_without_the_lever():
-    result = Ladder(ScriptedSurveyor(container_held(nspid=[NO_SUCH_PID, 1])), check_mode=True,
-                    stop_containers=False).run()
-    assert changing(result) == [] and result['changed'] is False
-
-
-def test_without_the_lever_a_restarting_container_is_not_fought():
-    result = Ladder(ScriptedSurveyor(container_held(policy='always')), check_mode=True,
-                    stop_containers=False).run()
-    assert not [a for a in result['actions'] if a['step'].startswith('sig')]
-    plain = Ladder(ScriptedSurveyor(container_held(policy=None)), check_mode=True,
-                   stop_containers=False).run()
-    assert [a['step'] for a in plain['actions'] if a['step'].startswith('sig')][:1] == ['sigterm']
 
 
 # --- issue 10: stopped and traced holders, fail fast, respawns --------------------------------
@@ -739,134 +673,6 @@ def test_the_ladder_reads_only_listed_processes_but_every_one_before_a_reset_and
     assert surveyor.full_asked and set(surveyor.full_asked) == {True}
 
 
-class _ScriptedGpus(NVIDIA.__class__):
-    """The NVIDIA backend with the driver's answer given: node paths under a test directory."""
-
-    def __init__(self, dev_dir, gpus):
-        super(_ScriptedGpus, self).__init__(dev_dir)
-        self.gpus = gpus
-
-    def read_gpus(self, timeout):
-        return self.gpus
-
-
-_MAP_AND_WAIT = (
-    "import mmap, sys\n"
-    "f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096)\n"
-    "print('ready', flush=True); import time; time.sleep(120)\n")
-
-
-@pytest.mark.parametrize('charged', [False, True])
-def test_memory_charged_to_no_process_is_read_in_one_deep_pass(tmp_path, monkeypatch, charged):
-    """4,000 MiB the driver charges to nobody: one pass reads every fd and maps at once (it was
-    an fd pass, then a second pass of both). Charged to a live holder: the fd pass alone."""
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
-    node = tmp_path / 'nvidia0'
-    node.write_bytes(b'\0' * 4096)
-    # A grandchild: a survey leaves out the surveying process's own children.
-    shell = subprocess.Popen(['sh', '-c', 'python3 -c "$0" "$1" & echo $!; wait', _MAP_AND_WAIT, str(node)],
-                             stdout=subprocess.PIPE)
-    pid = int(shell.stdout.readline())
-    try:
-        assert shell.stdout.readline() == b'ready\n'
-        processes = [(pid, 4000)] if charged else []
-        backend = _ScriptedGpus(str(tmp_path), [gpu(0, used=4000, processes=processes)])
-        backend.gpus[0].nodes = (str(node),)
-        scans = []
-        real_scan = observe.scan_processes
-
-        def counted(node_paths, **kwargs):
-            scans.append(kwargs.get('deep', False))
-            return real_scan(node_paths, **kwargs)
-
-        monkeypatch.setattr(observe, 'scan_processes', counted)
-        survey = flow.Surveyor(backend=backend).survey()
-    finally:
-        os.kill(pid, signal.SIGKILL)
-        shell.wait()
-    assert scans == ([False] if charged else [True])
-    found = [h for h in survey.holders if h.pid == pid]
-    assert found and found[0].evidence == (['fd', 'mmap', 'nvml'] if charged else ['fd', 'mmap'])
-
-
-@pytest.mark.parametrize('uncharged, scans_expected', [
-    # three contexts: the threshold and the driver's own 8 MiB of each beyond the first
-    (128 + 2 * 8, [(False, True)]),
-    # one MiB more: a process NVML does not list may hold it, so every fd and maps is read
-    (128 + 2 * 8 + 1, [(False, True), (True, False)]),
-])
-def test_the_drivers_share_of_each_context_keeps_gpu_reclaims_survey_to_nvmls_list(
-        tmp_path, monkeypatch, uncharged, scans_expected):
-    """Ranks on one GPU: NVML charges each its memory, and the driver uses a few MiB per context
-    that it charges to nobody (a real H200: 141 MiB for 24 ranks). gpu_reclaim's survey reads the
-    listed processes only, as for one rank; beyond that share, it reads every process."""
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_flow as flow
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_observe as observe
-    node = tmp_path / 'nvidia0'
-    node.write_bytes(b'\0' * 4096)
-    shell = subprocess.Popen(['sh', '-c', 'for i in 1 2 3; do python3 -c "$0" "$1" & echo $!; done; wait',
-                              _MAP_AND_WAIT, str(node)], stdout=subprocess.PIPE)
-    # Three PIDs and three 'ready's, in any order; two children's words may share a line.
-    words = []
-    while len(words) < 6:
-        line = shell.stdout.readline()
-        if not line:
-            break
-        words += re.findall(rb'[0-9]+|ready', line)
-    pids = [int(word) for word in words if word != b'ready']
-    try:
-        assert len(pids) == 3 and words.count(b'ready') == 3, words
-        backend = _ScriptedGpus(str(tmp_path), [gpu(0, used=3 * 1000 + uncharged,
-                                                    processes=[(pid, 1000) for pid in pids])])
-        backend.gpus[0].nodes = (str(node),)
-        scans = []
-        real_scan = observe.scan_processes
-
-        def counted(node_paths, **kwargs):
-            scans.append((kwargs.get('deep', False), kwargs.get('only_extra', False)))
-            return real_scan(node_paths, **kwargs)
-
-        monkeypatch.setattr(observe, 'scan_processes', counted)
-        survey = flow.Surveyor(backend=backend).survey(full=False)
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        shell.wait()
-    assert scans == scans_expected
-    assert sorted(h.pid for h in survey.holders if h.context_gpus == [0]) == sorted(pids)
-
-
-ALICE_SVC = '/user.slice/user-1000.slice/user@1000.service/app.slice/hog.service'
-
-
-def user_held(confirmed=True):
-    """GPU 0 held by PID 10 in alice's own Restart=always service hog.service; her manager
-    confirms the unit's ControlGroup, or knows no such unit (a directory she made)."""
-    facts = {'user_units': {(1000, 'hog.service'): UnitFacts('always', 'active', ALICE_SVC) if confirmed
-                            else UnitFacts()}}
-    return survey_of([gpu(0, used=1000, processes=[(10, 1000)])],
-                     [proc(10, name='exits-on-term', fds=CTX, maps=CTX, cgroup='0::%s\n' % ALICE_SVC)],
-                     facts=facts)
-
-
-def test_a_users_confirmed_service_is_stopped_through_her_manager_never_the_systems(managers):
-    actor = ScriptedActor()
-    result = ladder(ScriptedSurveyor(user_held(), free()), actor).run()
-    # As her, through her manager, polled as her, bounded by the grace.
-    assert actor.calls[:2] == [('run', 'systemctl --user stop --no-block -- hog.service', 1000), ('wait_release', 5.0)]
-    assert managers == [('systemctl --user is-active -- hog.service', 1000)]
-    assert not [c for c in actor.calls if c[0] == 'run' and c[1].startswith('systemctl stop')]
-    assert result['actions'][0]['step'] == 'stop_user_unit' and result['actions'][0]['uid'] == 1000
-
-
-def test_a_directory_she_named_like_a_service_is_stopped_by_no_manager():
-    actor = ScriptedActor()
-    ladder(ScriptedSurveyor(user_held(confirmed=False), free()), actor).run()
-    assert not [c for c in actor.calls if c[0] == 'run']
-    assert actor.calls[0] == ('SIGTERM', 10)
-
-
 def test_what_was_frozen_is_let_go_when_the_driver_stops_answering_after_it():
     actor = ScriptedActor()
     retitled = proc(12, name='sglang::schedul', ppid=50, cmdline='sglang::scheduler_TP0')
@@ -877,21 +683,6 @@ def test_what_was_frozen_is_let_go_when_the_driver_stops_answering_after_it():
     result = ladder(host, actor).run()
     assert sigs(actor) == [('SIGTERM', 10), ('SIGSTOP', 50), ('SIGSTOP', 12), ('SIGCONT', 12), ('SIGCONT', 50)]
     assert result['free'] is False and 'NVML hung' in result['msg']
-
-
-def test_the_protected_units_and_containers_come_from_the_ancestors_cgroups():
-    """The units and containers holding this process's ancestors, as a full description of
-    each ancestor named them."""
-    class Backend(object):
-        infrastructure_units = None
-
-    surveyor = flow.Surveyor(backend=Backend(), spare_units=['spared'])
-    cgroups = [flow.observe.read_process(pid).cgroup for pid in surveyor.own_ancestors]
-    assert surveyor.protected_units() == set(['spared.service']) | set(
-        u for u in (flow.decide.unit_from_cgroup(c) for c in cgroups) if u)
-    owners = [gpu_owner.owner_from_cgroup(c) for c in cgroups]
-    assert surveyor.protected_containers() == set(
-        o['id'] for o in owners if o['kind'] == gpu_owner.CONTAINER and o['id'])
 
 
 GUEST_UNIT = '0::/lxc.payload.gpuops-t-g1/system.slice/sglang.service'
@@ -928,23 +719,6 @@ def test_a_survey_verified_with_a_guest_unit_pending_is_planned_once_in_its_pass
     assert result['actions'][-1]['result'] == ('not waited: nothing left that could free it (GPU 0: PID 11 (stuck) '
                                                'is alive after SIGKILL (state sleeping))')
     assert result['remaining'][0]['reason'] == 'survived the ladder'
-
-
-def guest_back_without_memory():
-    """The guest's systemd started sglang.service again: its new process, PID 20, has the device
-    open and no context yet (a real server loads its weights first; the soak's guest trials saw
-    it so 0.2 s after the kill), so NVML lists nothing and the memory reads free."""
-    return survey_of([gpu(0, used=0)], [proc(20, name='exits-on-kill', fds=CTX, cgroup=GUEST_UNIT)])
-
-
-def test_a_guest_unit_back_before_it_takes_memory_keeps_its_gpu_held_and_named():
-    actor = ScriptedActor()
-    result = ladder(ScriptedSurveyor(guest_and_stuck((10,)), free(), guest_back_without_memory()), actor).run()
-    assert [c for c in actor.calls if c[0].startswith('SIG')] == [('SIGTERM', 10), ('SIGKILL', 10)]
-    watch = [a for a in result['actions'] if a['step'] == 'watch_respawn']
-    assert watch and watch[0]['code'] == 'guest_back' and 'PID 20' in watch[0]['result']
-    assert result['free'] is False, 'the restarted unit has the GPU open: it is not free'
-    assert 'sglang.service' in result['msg'] and 'PID 20' in result['msg'], result['msg']
 
 
 def _children(pid):

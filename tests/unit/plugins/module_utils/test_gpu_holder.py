@@ -12,7 +12,6 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_holder
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_survey
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders
 
 from .observations import CTX, gpu, proc, snap, systemd_confirms
@@ -85,14 +84,3 @@ def test_the_owner_resolved_before_classification_is_the_holders_and_protection_
     assert holder.unit == cgroup_held.unit == 'supervisor.service'
     assert holder._replace(owner=cgroup_held.owner) == cgroup_held
     assert decide.skip_code(holder, ()) == supervisors.LEVER_OFF and decide.skip_code(cgroup_held, ()) is None
-
-
-def test_a_runtimes_name_makes_a_new_owner_record_never_changes_the_cgroups():
-    cid = 'c' * 64
-    owner = gpu_owner.owner_from_cgroup('0::/system.slice/docker-%s.scope\n' % cid)
-    asked = {('docker', cid): {'name': 'hog', 'restart_policy': 'always', 'pid': 4343, 'init_cgroup': 'x'}}
-    named = gpu_survey.named_owner(owner, 1.0, asked)
-    assert (named['name'], named['restart_policy'], named['cli_error']) == ('hog', 'always', None)
-    assert owner['name'] is None and owner['restart_policy'] is None and 'pid' not in named
-    plain = gpu_owner.owner_from_cgroup('0::/system.slice/sglang.service\n')
-    assert gpu_survey.named_owner(plain, 1.0, asked) is plain

@@ -1,5 +1,6 @@
 """gpu_supervisor: the table's identity match on ancestry facts, argv, the status outputs, the
-sentences; and the hooks in gpu_decide and the ladder (gpu_flow) with a scripted actor.
+sentences; and the hooks in gpu_decide and the ladder (gpu_flow) with a scripted actor. The
+family's stop through a supervisor is gpu_family_supervisor's (test_gpu_family_supervisor.py).
 
 The ancestry facts mirror what the lab's real supervisors show (tests/integration/
 test_supervisors.py, Debian bookworm): supervisord is `/usr/bin/python3 /usr/bin/supervisord -n
@@ -26,7 +27,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as sup
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_supervisor import Link
 
-from .test_gpu_flow import ScriptedActor, ScriptedSurveyor, free, held_by, ladder
+from .test_gpu_flow import ScriptedActor, ScriptedSurveyor, held_by, ladder
 
 SUP_CG = '0::/system.slice/supervisor.service\n'
 RUNIT_CG = '0::/system.slice/runit.service\n'
@@ -288,19 +289,6 @@ class SupervisingActor(ScriptedActor):
 STOP_WORKER = 'supervisorctl -c %s stop worker' % CONF
 
 
-def test_the_program_is_stopped_through_its_supervisor_and_nothing_is_signalled(monkeypatch):
-    actor = SupervisingActor(monkeypatch)
-    result = ladder(ScriptedSurveyor(supervised_survey(), free()), actor).run()
-    # The Lever's stop with the grace bound, then the status polled down and staying down.
-    assert [c for c in actor.calls if c[0] == 'run'] == [('run', STOP_WORKER, 35.0)]
-    assert [c[0] for c in actor.calls if c[0] != 'status'] == ['run', 'wait_release', 'wait_release']
-    assert result['free'] is True
-    (step,) = result['actions']
-    assert (step['step'], step['program'], step['unit'], step['command']) == (
-        'stop_supervised', 'worker', 'supervisor.service', STOP_WORKER)
-    assert step['code'] == lever.SUPERVISED_STOPPED
-
-
 def test_without_the_lever_it_is_left_named_with_the_exact_command(monkeypatch):
     actor = SupervisingActor(monkeypatch)
     result = ladder(ScriptedSurveyor(supervised_survey()), actor, stop_supervised=False).run()
@@ -309,26 +297,6 @@ def test_without_the_lever_it_is_left_named_with_the_exact_command(monkeypatch):
     (left,) = result['remaining']
     assert left['reason_code'] == sup.LEVER_OFF
     assert '`supervisorctl -c %s stop worker`' % CONF in result['msg']
-
-
-def test_a_failed_stop_is_named_never_fought_with_signals(monkeypatch):
-    actor = SupervisingActor(monkeypatch, stops=False)
-    surveyor = ScriptedSurveyor(supervised_survey())
-    surveyor.supervisor_errors = {}
-    surveyor.supervisor_units = set()
-
-    def survey(deep=False, full=True):
-        fresh = supervised_survey()
-        owner = fresh.holders[0].owner
-        fresh.holders[0] = fresh.holders[0]._replace(
-            owner=dict(owner, cli_error=surveyor.supervisor_errors.get(sup.key(owner))))
-        return fresh
-    surveyor.survey = survey
-    result = ladder(surveyor, actor).run()
-    assert [c[0] for c in actor.calls if c[0] not in ('wait_release', 'status')] == ['run']
-    (left,) = result['remaining']
-    assert left['reason_code'] == sup.STOP_FAILED
-    assert 'not down after 35.0s' in result['msg']
 
 
 def test_a_supervised_holder_is_no_target_and_its_unit_is_never_stopped():
@@ -355,16 +323,3 @@ def test_a_container_whose_runtime_cli_failed_is_left_naming_its_stop(monkeypatc
     (left,) = result['remaining']
     assert left['reason_code'] == gpu_owner.CLI_MISSING
     assert '`docker stop -t 10 -- %s`' % cid in result['msg'] and 'docker is not on PATH here' in result['msg']
-
-
-def test_pm2s_stop_runs_as_its_user_or_not_at_all():
-    """pm2's daemon is its user's: the stop runs as her; a UID no user has stops nothing (before,
-    the module failed with a KeyError), and never runs as root."""
-    from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_family_supervisor as family
-    owner = gpu_owner.new_owner(gpu_owner.SUPERVISOR, '/user.slice', runtime='pm2', id='api', name='api',
-                                supervisor={'pid': 50, 'start_time': 1, 'uid': 2 ** 31 - 7, 'home': None})
-    chosen = lever.lever(lever.STOP_SUPERVISED, ('pm2', 50, 1, 'api'), owner, ['pm2', 'stop', 'api'])
-    actor = ScriptedActor()
-    result, changed, error = family.stop(actor, chosen, [], 5.0, 10)
-    assert (result.code, changed, error['code']) == (lever.STOP_FAILED, False, sup.CLI_FAILED)
-    assert actor.calls == []

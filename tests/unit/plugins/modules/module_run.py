@@ -1,6 +1,6 @@
 """Runs a module's main() in this process with the given arguments and returns its JSON result,
 on ansible-core 2.19+ (patch_module_args) and before it (basic._ANSIBLE_ARGS: the collection
-claims 2.16)."""
+claims 2.16); and what the tests of each module's result against its RETURN share."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -8,6 +8,7 @@ __metaclass__ = type
 import json
 
 import pytest
+import yaml
 
 from ansible.module_utils import basic
 
@@ -48,3 +49,18 @@ def _run(module, capsys, args):
         finally:
             basic._ANSIBLE_ARGS = None
     return json.loads(capsys.readouterr().out)
+
+
+# Ansible adds these to every result; a module documents them only where they say more.
+ANSIBLE_KEYS = {'changed', 'failed', 'invocation', 'warnings'}
+
+
+def documented(module):
+    return yaml.safe_load(module.RETURN)
+
+
+def keys_of(entries):
+    found = set()
+    for entry in entries:
+        found |= set(entry)
+    return found
