@@ -19,8 +19,9 @@ handed to RECOGNISERS by gpu_families, so a new runtime touches its family modul
 one. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's table; running it
 is observation (gpu_observe.runtime_details) or action (a family's pull, through gpu_act).
 
-Where each cgroup layout comes from is cited in tests/unit/plugins/module_utils/test_gpu_owner.py
-beside a real path.
+Where each cgroup layout comes from is cited beside a real path in the tests: systemd's and the
+walk's in tests/unit/plugins/module_utils/test_gpu_owner.py, each runtime's, guest's and pod's in
+its family's test_gpu_family_container.py, _guest.py, _pod.py.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -4,7 +4,7 @@ Every code a decision returns has its sentence here: each diagnosis code is foun
 gpu_decide.findings on a hand-built shape and written, each full-scan code and each step code
 (the action log's `result`) is written, and no decision anywhere in plugins/ compares or slices a
 sentence. The words themselves are the older tests' (test_gpu_decide, test_gpu_peers, test_gpu_act,
-test_gpu_flow), which pass unchanged."""
+test_gpu_flow and the test_gpu_family_* files), which pass unchanged."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
