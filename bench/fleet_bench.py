@@ -1,7 +1,7 @@
 """Fleet benchmark: playbooks/reclaim.yml on N wedged lab hosts beside the ways people do it.
 
 usage: bench/run fleet [--hosts N] [--reps R] [--methods reclaim.yml,module,fuser,ping,check,module-check]
-                       [--before REF] [--keep]
+                       [--before REF] [--task-times] [--keep]
 
 Boots N lab hosts in a private lab (LAB_STATE/LAB_RUN/LAB_ADDR_BASE from the environment,
 else /var/lib/gpuops-lab-bench, /run/gpuops-lab-bench, base 200), wedges every host like the
@@ -21,6 +21,11 @@ times, alternating, with forks = N:
                playbook, roles and modules of git commit REF (git archive into a temporary
                collection tree), so a change is measured against what it replaced in the same
                run (each only when its method is in --methods)
+  --task-times also records when each play and task of the playbook methods started
+               (bench/callback_plugins/bench_task_times.py) and prints each step's median time:
+               a step is the gap to the next one, so the first task of a play includes the play's
+               start. The callback adds its own small cost to those runs: compare ratios of runs
+               made the same way.
 
 Wall time and controller CPU (user + system of the command and everything it forked and
 reaped, from wait4) per run; after every run, whether each host ended free with its monitor
@@ -134,6 +139,33 @@ def recap_changed(log_path):
     return changed
 
 
+def step_times(path):
+    """[(play or task name, seconds to the next event)] from a bench_task_times file; a name that
+    comes back (a task of a later play, an included task per host) is numbered on."""
+    with open(path) as handle:
+        events = [json.loads(line) for line in handle]
+    steps, seen = [], {}
+    for event, following in zip(events, events[1:]):
+        name = "%s: %s" % (event["kind"], event["name"])
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            name = "%s (%d)" % (name, seen[name])
+        steps.append([name, round(following["t"] - event["t"], 3)])
+    return steps
+
+
+def report_steps(methods, timed_samples):
+    for m in methods:
+        runs = [s["steps"] for s in timed_samples[m] if s.get("steps")]
+        if not runs:
+            continue
+        print("\n%s: median seconds of each step over %d runs (a step: to the next play or task)" % (m, len(runs)))
+        for name in [name for name, _seconds in runs[0]]:
+            values = [dict(run).get(name) for run in runs]
+            values = [v for v in values if v is not None]
+            print("  %6.3f  %s" % (statistics.median(values), name))
+
+
 def lab(*args, timeout=900):
     run = subprocess.run([LAB] + list(args), capture_output=True, text=True, timeout=timeout, check=False)
     if run.returncode != 0:
@@ -148,6 +180,8 @@ def main():
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--keep", action="store_true", help="leave the lab hosts up afterwards")
     parser.add_argument("--before", metavar="REF", help="also time reclaim.yml, module and check as of git commit REF")
+    parser.add_argument("--task-times", action="store_true",
+                        help="record each play and task's time in the playbook methods and print the medians")
     args = parser.parse_args()
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
@@ -183,8 +217,14 @@ def main():
                 if kind in ("reclaim.yml", "check") and "@" not in method:
                     # The run's summary is part of its cost; written beside the log, not in the checkout.
                     argv = argv + ["-e", "reclaim_summary_file=%s.summary.json" % log_path]
+                times_path = log_path + ".tasks.jsonl"
+                if args.task_times and kind in ("reclaim.yml", "check"):
+                    extra_env = dict(extra_env, BENCH_TASK_TIMES=times_path, ANSIBLE_CALLBACKS_ENABLED="bench_task_times",
+                                     ANSIBLE_CALLBACK_PLUGINS=os.path.join(bl.BENCH, "callback_plugins"))
                 wall, cpu, rc = timed(argv, ansible_env(args.hosts, extra_env), log)
             sample = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "rc": rc}
+            if os.path.exists(times_path):
+                sample["steps"] = step_times(times_path)
             if prepare:
                 state = end_state(inventory, args.hosts)
                 sample.update(free=state["free"], monitor_alive=state["monitor_alive"])
@@ -226,6 +266,7 @@ def report(args, methods, samples):
         print("%-18s %8.2f %8s %8s %12.3f %s" % (
             m, med[m], "%.2fx" % (med[m] / med["fuser"]) if "fuser" in med else "-",
             "%.2fx" % (med[m] / med["ping"]) if "ping" in med else "-", cpu[m] / args.hosts, state))
+    report_steps(methods, timed_samples)
     path = bl.write_json("fleet-%d.json" % args.hosts, {
         "hosts": args.hosts, "reps": args.reps, "samples": samples,
         "median_wall_s": med, "median_cpu_s": cpu,

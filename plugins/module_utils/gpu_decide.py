@@ -610,7 +610,7 @@ def plan_targets(holders, selected, match_patterns, spared_pids=frozenset(), pee
 
 
 # Why a holder stays on a GPU, as the `remaining` entries' reason_code (gpu_reclaim's RETURN):
-# the first four from skip_code (gpu_lever), the rest from gpu_flow's report.
+# the first four from skip_code (gpu_lever), the rest from the run's report (gpu_result).
 INIT, PROTECTED, ZOMBIE, UNMATCHED = lever.INIT, lever.PROTECTED, lever.ZOMBIE, lever.UNMATCHED
 SURVIVED, PEER_MEMORY, DEVICE_OPEN, RESPAWNS = lever.SURVIVED, lever.PEER_MEMORY, lever.DEVICE_OPEN, lever.RESPAWNS
 

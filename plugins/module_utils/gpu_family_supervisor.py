@@ -8,8 +8,9 @@ rows).
   supervisor's unit): `recognise_all` matches each holding process's chain by identity
   (gpu_supervisor.match) and gives that supervisor's program as its owner, before the holder
   is built (gpu_survey.Surveyor._owners);
-- facts: the supervisor's own status, asked once per supervisor and survey while it answers (a
-  CLI that is missing or hangs is not asked again this run);
+- facts: the supervisor's own status, asked once per supervisor in a run (Surveyor.supervisor_status)
+  and again only when the answer kept does not list the program (one started since); a CLI that is
+  missing or hangs is not asked again this run;
 - lever: the supervisor's stop of that one program (gpu_lever.supervised_lever);
 - pull: the Lever's stop (gpu_supervisor's row) through the actor, as the user for pm2, then the
   status polled through the actor's wait until it reads down and for STAY_DOWN_S that it stays
@@ -175,8 +176,9 @@ def stop(actor, chosen, holders, grace, status_timeout):
 
 
 def _program_owner(owner, found, timeout, surveyor):
-    """The supervised program's owner record, its status asked at most once per supervisor and
-    survey (surveyor.supervisor_status)."""
+    """The supervised program's owner record. The supervisor's status is kept for the run
+    (surveyor.supervisor_status) and asked again only when the answer kept does not list this
+    program, never after its CLI was missing or hung."""
     runtime = found['runtime']
     row = supervisors.SUPERVISORS[runtime]
     key = (runtime, found['pid'], found['start_time'])

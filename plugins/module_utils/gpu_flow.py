@@ -218,8 +218,8 @@ class Ladder(object):
         The soak found both holes (bench/README, seed 3002: a guest unit's holder killed in pass 1
         while a fork-inherited holder needed pass 2 was never watched).
 
-        Returns (the survey, its targets where they were planned here, else None): the pass that
-        follows asks for them again only when they were not (each survey is planned once)."""
+        Returns (the survey, its targets where they were planned here, else None): _climb's test
+        for something left to end reads them instead of planning that survey again."""
         self.watch.guest_pending |= set(_guest_unit(t) for t in signalled) - set([None])
         current = self.look()
         left = self._targets(current) if self.watch.guest_pending and not current.free else None
