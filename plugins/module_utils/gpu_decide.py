@@ -262,7 +262,7 @@ def context_gpus_of(evidence, listed, orphaned):
 Held = collections.namedtuple('Held', 'proc gpus listed evidence kind context_gpus peer_gpus')
 
 
-def sort_processes(snapshot, free_threshold_mib=128):
+def sort_processes(snapshot, free_threshold_mib):
     """Sort a snapshot's processes into (held, clients, unconfirmed), before any owner is read.
 
     held: Held, per process holding a particular GPU (context or handle).
@@ -316,7 +316,7 @@ def sort_processes(snapshot, free_threshold_mib=128):
     return held, clients, unconfirmed
 
 
-def classify(snapshot, protect_patterns, own_tree, units=None, free_threshold_mib=128, facts=None,
+def classify(snapshot, protect_patterns, own_tree, units, free_threshold_mib, facts=None,
              owners=None, sorted_procs=None, named=None):
     """Turn a snapshot into (holders, clients, unconfirmed): gpu_holder.Holder records, each
     built once, and the unconfirmed entries (sort_processes says which is which).

@@ -11,6 +11,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide a
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_nvidia import NvmlBackend
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import GpuState, ProcState, Snapshot, UnitFacts
+from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_survey import SURVEY_ARGUMENT_SPEC
 
 NVIDIA = NvmlBackend('/dev')
 OWN_NS = 'pid:[4026531836]'
@@ -52,6 +53,9 @@ def snap(gpus, procs, missing=(), own_pid=99999):
 
 
 CTX = ('/dev/nvidia0', '/dev/nvidiactl', '/dev/nvidia-uvm')
+# The free threshold gpu_holders and gpu_reclaim use unless told otherwise (the decisions take theirs from
+# their caller: the option's default is written once, in the survey's spec).
+FREE_MIB = SURVEY_ARGUMENT_SPEC['free_threshold_mib']['default']
 
 
 def runtime_confirms(cgroup_text, init_pid=4242):

@@ -81,7 +81,7 @@ def test_read_access_as_root_and_as_nobody():
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide  # noqa: E402
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say  # noqa: E402
 
-from .observations import diagnosed, gpu, proc, snap  # noqa: E402
+from .observations import FREE_MIB, diagnosed, gpu, proc, snap  # noqa: E402
 
 BLIND = access.ProcAccess(euid=1000, user='lab', can_read_all=False, hidepid=None).sentence()
 
@@ -89,7 +89,7 @@ BLIND = access.ProcAccess(euid=1000, user='lab', can_read_all=False, hidepid=Non
 def test_blind_diagnosis_says_run_as_root_first_and_never_reset():
     # hidepid: the root holder NVML lists does not even show in /proc.
     hidden = snap([gpu(0, used=1000, processes=[(777, 1000)]), gpu(1, used=500)], [], missing=[777])
-    holders, _clients, unconfirmed = decide.classify(hidden, [], set())
+    holders, _clients, unconfirmed = decide.classify(hidden, [], set(), {}, FREE_MIB)
     rows = decide.gpu_table(hidden, holders, [0, 1], 128)
     diagnosis = diagnosed(hidden, holders, unconfirmed, rows, blind_sentence=BLIND)
     assert diagnosis[0] == BLIND
@@ -107,7 +107,7 @@ def test_unreadable_listed_process_is_a_holder_not_a_foreign_pid():
     # No hidepid: the root holder shows, but its fds and maps are unreadable to this user.
     s = snap([gpu(0, used=1000, processes=[(777, 1000)])], [proc(777)])
     s.unreadable = [(777, 'fd', 'Permission denied'), (777, 'maps', 'Permission denied')]
-    holders, _clients, unconfirmed = decide.classify(s, [], set())
+    holders, _clients, unconfirmed = decide.classify(s, [], set(), {}, FREE_MIB)
     assert unconfirmed == []
     assert [(h.pid, h.context_gpus, h.evidence) for h in holders] == [(777, [0], ['nvml'])]
     rows = decide.gpu_table(s, holders, [0], 128)

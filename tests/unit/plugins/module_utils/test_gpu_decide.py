@@ -12,11 +12,11 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 from .holders import make_holder
-from .observations import CTX, NVIDIA, OWN_NS, UnitFacts, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
+from .observations import CTX, FREE_MIB, NVIDIA, OWN_NS, UnitFacts, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 
 def classify(s, patterns=(), own_tree=frozenset(), units=None, facts=None):
-    return decide.classify(s, [re.compile(p) for p in patterns], set(own_tree), units, facts=facts)
+    return decide.classify(s, [re.compile(p) for p in patterns], set(own_tree), units, FREE_MIB, facts=facts)
 
 
 def test_mapping_is_a_context_fd_only_is_a_handle_shared_nodes_are_clients():
@@ -81,7 +81,7 @@ def test_a_holders_cgroup_owner_read_before_is_not_read_again(monkeypatch):
     reads = []
     real = decide.cgroup_owner
     monkeypatch.setattr(decide, 'cgroup_owner', lambda *args, **kwargs: reads.append(args) or real(*args, **kwargs))
-    (handed,), _unused, _unused = decide.classify(s, [], set(), named=named)
+    (handed,), _unused, _unused = decide.classify(s, [], set(), None, FREE_MIB, named=named)
     assert reads == [] and handed == read_here and handed.unit == 'sglang.service'
 
 

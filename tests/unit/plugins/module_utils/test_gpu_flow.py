@@ -25,7 +25,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_access import P
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Ladder, Survey
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_observe import Identity, NvmlTimeout, UnitFacts
 
-from .observations import _MAP_AND_WAIT, CTX, NVIDIA, _ScriptedGpus, diagnosed, gpu, proc, snap
+from .observations import _MAP_AND_WAIT, CTX, FREE_MIB, NVIDIA, _ScriptedGpus, diagnosed, gpu, proc, snap
 
 NO_SUCH_PID = decide.PID_MAX_LIMIT + 7
 UNIT = '0::/system.slice/gpuhog.service'
@@ -41,7 +41,7 @@ def survey_of(gpus, procs, units=None, spare=(), start_times=None, facts=None):
 
 
 def classified(s, selected, units=None, spare=(), facts=None):
-    holders, clients, unconfirmed = decide.classify(s, [], set(), units, facts=facts)
+    holders, clients, unconfirmed = decide.classify(s, [], set(), units, FREE_MIB, facts=facts)
     spared = [h for h in holders if h.unit in spare]
     spared_pids = frozenset(h.pid for h in spared)
     rows = decide.gpu_table(s, holders, selected, 128, spared_pids)

@@ -14,7 +14,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_supervisor as supervisors
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders
 
-from .observations import CTX, gpu, proc, snap, systemd_confirms
+from .observations import CTX, FREE_MIB, gpu, proc, snap, systemd_confirms
 
 UNIT = '0::/system.slice/supervisor.service\n'
 UNITS = systemd_confirms('/system.slice/supervisor.service')
@@ -25,7 +25,7 @@ def classified():
         proc(10, fds=CTX, maps=CTX, cgroup=UNIT),
         proc(12, name='nvidia-smi', fds=('/dev/nvidiactl',)),
     ])
-    holders, clients, _unconfirmed = decide.classify(s, [], set(), UNITS)
+    holders, clients, _unconfirmed = decide.classify(s, [], set(), UNITS, FREE_MIB)
     return s, holders, clients
 
 
@@ -79,7 +79,7 @@ def test_the_owner_resolved_before_classification_is_the_holders_and_protection_
     program = gpu_owner.new_owner(gpu_owner.SUPERVISOR, '/system.slice/supervisor.service', runtime='supervisord',
                                   id='worker', name='worker', unit='supervisor.service',
                                   manager=gpu_owner.SYSTEM_MANAGER, confirmed=True)
-    (holder,), _clients, _unconfirmed = decide.classify(s, [], set(), UNITS, owners={10: program})
+    (holder,), _clients, _unconfirmed = decide.classify(s, [], set(), UNITS, FREE_MIB, owners={10: program})
     assert holder.owner is program and cgroup_held.owner['kind'] == gpu_owner.SERVICE
     assert holder.unit == cgroup_held.unit == 'supervisor.service'
     assert holder._replace(owner=cgroup_held.owner) == cgroup_held

@@ -19,7 +19,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner as owner_mod
 
 from .holders import make_holder
-from .observations import CID, CTX, POD_UID, V1_ROOTS, gpu, own, proc, snap, v1, v2
+from .observations import CID, CTX, FREE_MIB, POD_UID, V1_ROOTS, gpu, own, proc, snap, v1, v2
 
 
 # --- containers: what the walk decides (each runtime's layout: test_gpu_family_container.py) ---
@@ -89,7 +89,7 @@ def test_a_users_own_service_is_not_a_system_unit_to_stop():
     holder = proc(10, fds=CTX, maps=CTX,
                   cgroup=v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))
     holders, _unused, _unused = decide.classify(snap([gpu(0, used=900, processes=[(10, 900)])], [holder]),
-                                                [], set())
+                                                [], set(), {}, FREE_MIB)
     assert [h.pid for h in holders] == [10]
     assert decide.units_to_stop(holders, set()) == []
 

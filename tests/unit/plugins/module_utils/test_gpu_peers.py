@@ -52,7 +52,7 @@ def test_peers_option_widens_the_gpus_a_holder_counts_on():
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide  # noqa: E402
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say  # noqa: E402
 
-from .observations import diagnosed, gpu, proc, snap  # noqa: E402
+from .observations import FREE_MIB, diagnosed, gpu, proc, snap  # noqa: E402
 
 RANK1_NODES = ('/dev/nvidia0', '/dev/nvidia1', '/dev/nvidiactl', '/dev/nvidia-uvm')
 
@@ -68,7 +68,7 @@ def nccl_after_rank0_died(dead_rank0_listed=False):
 
 
 def surveyed(s, selected=(0,)):
-    holders, _clients, unconfirmed = decide.classify(s, [], set())
+    holders, _clients, unconfirmed = decide.classify(s, [], set(), {}, FREE_MIB)
     rows = decide.gpu_table(s, holders, list(selected), 128)
     return holders, rows, diagnosed(s, holders, unconfirmed, rows)
 

@@ -20,7 +20,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as say
 
 from .holders import make_holder
-from .observations import CTX, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
+from .observations import CTX, FREE_MIB, diagnosed, gpu, proc, runtime_confirms, snap, systemd_confirms
 
 CID = 'e6cca3930084' + '0' * 52
 PLUGINS = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'plugins')
@@ -100,7 +100,7 @@ def test_each_diagnosis_code_is_found_on_its_shape_and_written_from_its_facts(co
     shape, extra, change, blind, words = SHAPES[code]
     observed = shape()
     extra = extra or {}
-    holders, _clients, unconfirmed = decide.classify(observed, [], set(), extra.get('units') or {}, 128,
+    holders, _clients, unconfirmed = decide.classify(observed, [], set(), extra.get('units') or {}, FREE_MIB,
                                                      extra.get('facts'))
     if change:
         change(holders)

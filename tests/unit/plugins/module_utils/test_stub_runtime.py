@@ -14,7 +14,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever as
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
 from ansible_collections.gpuops.reclaim.plugins.module_utils.gpu_flow import Survey
 
-from .observations import CTX, NVIDIA, diagnosed, gpu, proc, snap
+from .observations import CTX, FREE_MIB, NVIDIA, diagnosed, gpu, proc, snap
 from .stub_runtime import StubRuntime, cgroup_of
 from .test_gpu_flow import ScriptedActor, ScriptedSurveyor, free, ladder
 
@@ -40,9 +40,9 @@ def held_in_stub(policy_surveyor):
     snapshot = snap([gpu(0, used=4000, processes=[(NO_SUCH_PID, 4000)])],
                     [proc(NO_SUCH_PID, name='server', fds=CTX, maps=CTX, cgroup=cgroup_of(CID))])
     units, facts = policy_surveyor._facts_of(snapshot)
-    sorted_procs = decide.sort_processes(snapshot)
+    sorted_procs = decide.sort_processes(snapshot, FREE_MIB)
     named, owners = policy_surveyor._owners([held.proc for held in sorted_procs[0]], units, facts)
-    holders, clients, unconfirmed = decide.classify(snapshot, [], set(), units, facts=facts, owners=owners,
+    holders, clients, unconfirmed = decide.classify(snapshot, [], set(), units, FREE_MIB, facts=facts, owners=owners,
                                                     sorted_procs=sorted_procs, named=named)
     rows = decide.gpu_table(snapshot, holders, [0], 128, frozenset())
     return Survey(snapshot, [0], holders, clients, unconfirmed, rows, diagnosed(snapshot, holders, unconfirmed, rows))
