@@ -349,8 +349,7 @@ def cgroup_owner(proc, units=None, facts=None):
     by gpu_trust.confirm with what its manager or runtime says (classify's `units`, `facts`)."""
     facts = facts or {}
     owner = gpu_owner.owner_from_cgroup(proc.cgroup, getattr(proc, 'cgroup_uids', None))
-    owner['confirmed'] = trust.confirm(owner, units or {}, facts.get('user_units'), facts.get('runtimes'))
-    return owner
+    return owner._replace(confirmed=trust.confirm(owner, units or {}, facts.get('user_units'), facts.get('runtimes')))
 
 
 def holder_of(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, units, context_gpus,

@@ -211,8 +211,7 @@ def _program_owner(owner, found, timeout, surveyor):
                               unit=owner['unit'], manager=owner['manager'], controlled_by=owner['controlled_by'],
                               uid=owner['uid'], confirmed=owner['confirmed'], cli_error=error,
                               supervisor=dict((k, v) for k, v in found.items() if k != 'runtime'))
-    new['cli_error'] = error or surveyor.supervisor_errors.get(supervisors.key(new))
-    return new
+    return new if error else new._replace(cli_error=surveyor.supervisor_errors.get(supervisors.key(new)))
 
 
 FAMILY = Supervisor()

@@ -60,6 +60,8 @@ class Holder(collections.namedtuple('Holder', FIELDS)):
         `holders`, `remaining`, `spared`), its keys in FIELDS order; no `peer_gpus` for a
         process that was not classified."""
         result = dict(zip(FIELDS, self))
+        if self.owner is not None:
+            result['owner'] = self.owner.as_result()   # the record's one crossing into a result
         if self.peer_gpus is None:
             del result['peer_gpus']
         return result

@@ -101,7 +101,7 @@ def listeners(port, host, unit=None, container=None, proc='/proc', timeout=10):
             uids = (info.cgroup_uids or {}).get((hierarchy, path))
             if uids is not None:
                 break
-        owner = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids)
+        owner = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids).as_result()
         code = verdict(path, group, (own or {}).get('cgroup'))
         entry = {'pid': pid, 'start_time': info.start_time, 'uid': info.uid, 'user': info.user,
                  'name': info.name, 'cmdline': info.cmdline or info.name,

@@ -13,7 +13,7 @@ and its innermost unit name is a candidate for that user's own manager only. gpu
 decides which levers an owner allows.
 
 Pure: parsing only. What is here is generic: systemd's units, scopes, slices and users'
-subtrees, the owner record (new_owner) and the trust rule. A container runtime's, a guest's
+subtrees, the owner record (`Owner`, made by new_owner) and the trust rule. A container runtime's, a guest's
 and a pod's cgroup layout is its family's (gpu_family_container, _guest, _pod: `recognise`),
 handed to RECOGNISERS by gpu_families, so a new runtime touches its family module, not this
 one. Which command reaches a runtime (inspect, stop) is a row of gpu_lever's table; running it
@@ -28,6 +28,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import json
 import re
 
@@ -66,21 +67,60 @@ UNIT_NAME_MAX = 255
 RECOGNISERS = []
 
 
-def new_owner(kind, cgroup=None, **fields):
-    """An owner record with every key present (the RETURN documents them all).
+# The fields of an owner, in the order a result's `owner` has them (as_result; gpu_holders' and
+# gpu_reclaim's RETURN document each):
+# kind (POD, CONTAINER, GUEST, USER, SUPERVISOR, SERVICE, SESSION, SCOPE, NONE);
+# runtime (the container runtime, guest manager or supervisor row; 'systemd' for a unit);
+# id (a container's or guest's id, a supervised program's), name (its readable name),
+# namespace (containerd's); unit (the innermost service or scope), guest_unit (the unit inside
+# a guest); pod ({namespace, name, uid} of a Kubernetes pod); restart_policy (a container's);
+# cgroup (the path it was read from); controlled_by (ROOT, BY_USER, UNKNOWN) and uid: who
+# chose the cgroup's names; manager: whose systemd manager `unit` is (SYSTEM_MANAGER,
+# USER_MANAGER, None); confirmed: whether that manager or the container's runtime confirmed
+# that it owns this cgroup (gpu_trust.confirm; None until asked); supervisor: a process
+# supervisor's facts (kind SUPERVISOR, gpu_supervisor: pid, start_time, program_pid, service,
+# conf, home, uid); cli_error: {'code': CLI_MISSING, CLI_TIMEOUT or CLI_FAILED, 'text'} when
+# the owner's CLI was asked and gave no answer.
+FIELDS = ('kind', 'runtime', 'id', 'name', 'namespace', 'unit', 'guest_unit', 'pod', 'restart_policy',
+          'cgroup', 'controlled_by', 'uid', 'manager', 'confirmed', 'supervisor', 'cli_error')
+# Where a new owner's fields start: its kind and cgroup are new_owner's arguments.
+_DEFAULTS = dict((field, None) for field in FIELDS)
+_DEFAULTS['controlled_by'] = ROOT
 
-    `controlled_by` (ROOT, BY_USER, UNKNOWN) and `uid` say who chose the cgroup's names;
-    `manager` whose systemd manager `unit` is (SYSTEM_MANAGER, USER_MANAGER, None);
-    `confirmed` whether that manager or the container's runtime confirmed that it owns this
-    cgroup (gpu_trust.confirm; None until asked); `supervisor` a process supervisor's facts
-    (kind SUPERVISOR, gpu_supervisor); `cli_error` {'code': CLI_MISSING, CLI_TIMEOUT or
-    CLI_FAILED, 'text'} when the owner's CLI was asked and gave no answer."""
-    owner = {'kind': kind, 'runtime': None, 'id': None, 'name': None, 'namespace': None,
-             'unit': None, 'guest_unit': None, 'pod': None, 'restart_policy': None,
-             'cgroup': cgroup, 'controlled_by': ROOT, 'uid': None, 'manager': None,
-             'confirmed': None, 'supervisor': None, 'cli_error': None}
-    owner.update(fields)
-    return owner
+
+class Owner(collections.namedtuple('Owner', FIELDS)):
+    """What owns a process, a typed record (a namedtuple, like gpu_holder.Holder): FIELDS says
+    what each field is. No field can be set: a changed owner is a new record (`_replace`), so
+    an owner a built holder carries is never changed under it."""
+
+    __slots__ = ()
+
+    def as_result(self):
+        """The dict a module result carries (gpu_holders' and gpu_reclaim's RETURN
+        `holders[].owner`), every field, in FIELDS order; `pod`, `supervisor` and `cli_error`
+        stay dicts (copies: a result changed later never reaches the record)."""
+        return dict((field, dict(value) if isinstance(value, dict) else value)
+                    for field, value in zip(FIELDS, self))
+
+    # TEMPORARY (removed once every reader uses attributes): dict-style reads.
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return getattr(self, key)
+        return tuple.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        return getattr(self, key, default)
+
+
+def new_owner(kind, cgroup=None, **fields):
+    """An Owner with every field present: `fields` as given, the others None
+    (`controlled_by` ROOT). A name outside FIELDS is a TypeError naming it."""
+    values = dict(_DEFAULTS, kind=kind, cgroup=cgroup)
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise TypeError('new_owner: no owner field %s (the fields: %s)' % (', '.join(unknown), ', '.join(FIELDS)))
+    values.update(fields)
+    return Owner(**values)
 
 
 def valid_unit_name(name):
@@ -260,7 +300,7 @@ def owner_from_cgroup(text, dir_uids=None):
         return new_owner(NONE)
     # A path a user named, in any hierarchy, makes the process hers whatever the others say;
     # a path whose names could not be read ranks with her kind, after pods, containers, guests.
-    return sorted(owners, key=lambda o: (o['controlled_by'] != BY_USER, _RANK[o['kind']]))[0]
+    return sorted(owners, key=lambda o: (o.controlled_by != BY_USER, _RANK[o.kind]))[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,39 +366,39 @@ def _parse_pct(text):
 
 
 def describe(owner):
-    """A short phrase naming the owner, for messages: 'podman container sglang (3f2a1b0c4d5e)'.
-    Names that users or runtimes chose are escaped (gpu_text.escape_text)."""
-    kind = owner['kind']
+    """A short phrase naming the owner (an Owner), for messages: 'podman container sglang
+    (3f2a1b0c4d5e)'. Names that users or runtimes chose are escaped (gpu_text.escape_text)."""
+    kind = owner.kind
     if kind == SUPERVISOR:
         # 'supervisord program worker (supervisor PID 40, supervisor.service)'
-        sup = owner.get('supervisor') or {}
-        what = escape_text(owner.get('name')) or 'with PID %s' % sup.get('program_pid')
-        unit = ', %s' % escape_text(owner['unit']) if owner.get('unit') else ''
-        return '%s program %s (supervisor PID %s%s)' % (owner.get('runtime'), what, sup.get('pid'), unit)
-    short = escape_text((owner['id'] or '')[:12])
-    name = escape_text(owner['name'])
+        sup = owner.supervisor or {}
+        what = escape_text(owner.name) or 'with PID %s' % sup.get('program_pid')
+        unit = ', %s' % escape_text(owner.unit) if owner.unit else ''
+        return '%s program %s (supervisor PID %s%s)' % (owner.runtime, what, sup.get('pid'), unit)
+    short = escape_text((owner.id or '')[:12])
+    name = escape_text(owner.name)
     if kind == POD:
-        pod = owner['pod'] or {}
+        pod = owner.pod or {}
         if pod.get('name'):
             return 'Kubernetes pod %s/%s (uid %s)' % (
                 escape_text(pod.get('namespace')), escape_text(pod['name']), escape_text(pod.get('uid')))
         return 'Kubernetes pod uid %s' % (escape_text(pod.get('uid')) or 'unknown')
     if kind == CONTAINER:
         named = '%s (%s)' % (name, short) if name else short
-        return '%s container %s' % (owner['runtime'], named)
+        return '%s container %s' % (owner.runtime, named)
     if kind == GUEST:
         label = {'proxmox': 'Proxmox guest', 'lxc': 'LXC guest',
-                 'systemd-nspawn': 'systemd-nspawn guest'}.get(owner['runtime'], 'guest')
-        if owner['runtime'] == 'proxmox':
-            ident = escape_text(owner['id']) + (' (%s)' % name if name else '')
+                 'systemd-nspawn': 'systemd-nspawn guest'}.get(owner.runtime, 'guest')
+        if owner.runtime == 'proxmox':
+            ident = escape_text(owner.id) + (' (%s)' % name if name else '')
         else:
-            ident = escape_text(owner['id'] or owner['name']) or '(unnamed, cgroup %s)' % escape_text(owner['cgroup'])
-        inside = ', unit %s inside it' % escape_text(owner['guest_unit']) if owner['guest_unit'] else ''
+            ident = escape_text(owner.id or owner.name) or '(unnamed, cgroup %s)' % escape_text(owner.cgroup)
+        inside = ', unit %s inside it' % escape_text(owner.guest_unit) if owner.guest_unit else ''
         return '%s %s%s' % (label, ident, inside)
     if kind == USER:
-        who = 'user %d' % owner['uid'] if owner['uid'] is not None else 'a user'
-        unit = ' (unit %s of that user\'s manager)' % owner['unit'] if owner['unit'] else ''
-        return 'a cgroup %s controls, %s%s' % (who, escape_text(owner['cgroup']), unit)
-    if owner['unit']:
-        return '%s %s' % (kind, escape_text(owner['unit']))
+        who = 'user %d' % owner.uid if owner.uid is not None else 'a user'
+        unit = ' (unit %s of that user\'s manager)' % owner.unit if owner.unit else ''
+        return 'a cgroup %s controls, %s%s' % (who, escape_text(owner.cgroup), unit)
+    if owner.unit:
+        return '%s %s' % (kind, escape_text(owner.unit))
     return 'no unit or container'

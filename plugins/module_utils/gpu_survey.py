@@ -335,13 +335,13 @@ def named_owner(owner, timeout, asked):
         asked[key] = family.facts(owner, timeout)
     details = dict(asked[key])
     pod = details.pop('pod', None)
-    named = dict(owner, cli_error=details.pop('cli_error', None))
     for fact in ('pid', 'init_cgroup'):   # the runtime's confirmation (gpu_trust.confirm)
         details.pop(fact, None)
-    named.update((k, v) for k, v in details.items() if v is not None)
-    if pod and named['kind'] == 'pod':
-        named['pod'] = dict(named['pod'] or {}, **dict((k, v) for k, v in pod.items() if v))
-    return named
+    fields = dict((k, v) for k, v in details.items() if v is not None)
+    fields['cli_error'] = details.get('cli_error')
+    if pod and owner.kind == gpu_owner.POD:
+        fields['pod'] = dict(owner.pod or {}, **dict((k, v) for k, v in pod.items() if v))
+    return owner._replace(**fields)
 
 
 def survey_result(survey):

@@ -368,10 +368,10 @@ def test_a_pod_process_is_protected_and_named_with_the_pod_lever():
     cgroup = '0::/kubepods/besteffort/pod%s/%s\n' % (POD_UID, CID)
     s, holders = held_by(cgroup)
     assert holders[0].protected and holders[0].protected_reason == say.POD_PROTECTED
-    assert holders[0].owner['pod']['uid'] == POD_UID
+    assert holders[0].owner.pod['uid'] == POD_UID
     assert decide.plan_targets(holders, [3], [])[0] == []
-    pod = dict(holders[0].owner['pod'], namespace='infer', name='sglang-0')
-    clause = say.next_lever(holders[0]._replace(owner=dict(holders[0].owner, pod=pod)))
+    pod = dict(holders[0].owner.pod, namespace='infer', name='sglang-0')
+    clause = say.next_lever(holders[0]._replace(owner=holders[0].owner._replace(pod=pod)))
     assert 'Kubernetes pod infer/sglang-0' in clause and 'kubectl delete pod -n infer sglang-0' in clause
     assert 'never signalled from under the kubelet' in clause
 
@@ -382,7 +382,7 @@ def test_a_podman_container_init_names_the_container_and_its_stop():
     holder = holders[0]
     assert holder.protected_reason == say.CONTAINER_INIT
     assert decide.stoppable_container(holder)['id'] == CID
-    holder = holder._replace(owner=dict(holder.owner, name='hog'))
+    holder = holder._replace(owner=holder.owner._replace(name='hog'))
     clause = say.next_lever(holder)
     assert 'init of podman container hog (%s)' % CID[:12] in clause
     assert 'stop_containers: true' in clause and '`podman stop -t 10 -- %s`' % CID in clause
@@ -394,7 +394,7 @@ def test_a_container_that_restarts_its_holder_is_named():
     holder = holders[0]
     assert not holder.protected
     assert say.next_lever(holder).startswith('it survived SIGKILL')   # no policy known
-    holder = holder._replace(owner=dict(holder.owner, name='sglang', restart_policy='always'))
+    holder = holder._replace(owner=holder.owner._replace(name='sglang', restart_policy='always'))
     assert decide.container_restarts(holder) == 'always'
     clause = say.next_lever(holder)
     assert 'docker container sglang' in clause and 'restart policy always' in clause

@@ -74,7 +74,7 @@ def test_each_pull_is_phrased_as_the_step_gpu_reclaim_documents():
     assert unit == ('stop_unit', 'gpuhog.service', {'unit': 'gpuhog.service'})
     user = families.USER_UNIT.phrase(lever.lever(lever.STOP_USER_UNIT, (1000, 'hog.service')))
     assert user == ('stop_user_unit', 'hog.service', {'unit': 'hog.service', 'uid': 1000})
-    owner = dict(owner_of('/system.slice/docker-%s.scope' % CID), name='hog')
+    owner = owner_of('/system.slice/docker-%s.scope' % CID)._replace(name='hog')
     step, target, details = families.CONTAINER.phrase(lever.lever(lever.STOP_CONTAINER, ('docker', CID), owner))
     assert (step, details) == ('stop_container', {'container': CID, 'runtime': 'docker', 'name': 'hog'})
     assert target == gpu_owner.describe(owner)

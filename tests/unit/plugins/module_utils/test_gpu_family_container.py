@@ -79,7 +79,7 @@ def container_held(nspid=None, policy=None):
     survey = survey_of([gpu(0, used=5000, processes=[(NO_SUCH_PID, 5000)])],
                        [proc(NO_SUCH_PID, fds=CTX, maps=CTX, nspid=nspid, cgroup=cgroup)],
                        facts=runtime_confirms(cgroup))
-    survey.holders = [h._replace(owner=dict(h.owner, name='hog', restart_policy=policy)) for h in survey.holders]
+    survey.holders = [h._replace(owner=h.owner._replace(name='hog', restart_policy=policy)) for h in survey.holders]
     return survey
 
 

@@ -36,7 +36,7 @@ def test_a_failed_stop_is_named_never_fought_with_signals(monkeypatch):
         fresh = supervised_survey()
         owner = fresh.holders[0].owner
         fresh.holders[0] = fresh.holders[0]._replace(
-            owner=dict(owner, cli_error=surveyor.supervisor_errors.get(sup.key(owner))))
+            owner=owner._replace(cli_error=surveyor.supervisor_errors.get(sup.key(owner))))
         return fresh
     surveyor.survey = survey
     result = ladder(surveyor, actor).run()

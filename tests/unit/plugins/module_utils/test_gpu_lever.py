@@ -26,14 +26,14 @@ def holder(cgroup_owner, **fields):
 
 def system_unit(unit='sglang.service', confirmed=True, restart='always'):
     owner = gpu_owner.owner_from_path('/system.slice/%s' % unit)
-    owner['confirmed'] = confirmed
+    owner = owner._replace(confirmed=confirmed)
     return holder(owner, unit=unit, unit_restart=restart)
 
 
 def container(runtime='docker', policy='always', confirmed=True):
     prefix = {'docker': 'docker', 'podman': 'libpod'}[runtime]
     owner = gpu_owner.owner_from_path('/system.slice/%s-%s.scope' % (prefix, CID))
-    owner.update(confirmed=confirmed, restart_policy=policy)
+    owner = owner._replace(confirmed=confirmed, restart_policy=policy)
     return holder(owner)
 
 

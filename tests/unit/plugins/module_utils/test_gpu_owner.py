@@ -95,10 +95,11 @@ def test_a_users_own_service_is_not_a_system_unit_to_stop():
 
 
 def test_every_owner_has_every_key():
-    keys = set(owner_mod.new_owner("none"))
+    keys = set(owner_mod.new_owner("none").as_result())
+    assert keys == set(owner_mod.FIELDS)
     for text in (v2("/system.slice/docker-%s.scope" % CID), v2("/lxc/1/ns/init.scope"), "",
                  v2("/kubepods/pod%s/%s" % (POD_UID, CID))):
-        assert set(own(text)) == keys
+        assert set(own(text).as_result()) == keys
 
 
 # --- the runtime table ----------------------------------------------------------------------
@@ -157,8 +158,7 @@ def test_describe_names_what_a_person_can_act_on():
     pod = own(v2("/kubepods/pod%s/%s" % (POD_UID, CID)))
     pod["pod"].update(namespace="infer", name="sglang-0")
     assert owner_mod.describe(pod) == "Kubernetes pod infer/sglang-0 (uid %s)" % POD_UID
-    ctr = own(v2("/machine.slice/libpod-%s.scope" % CID))
-    ctr["name"] = "hog"
+    ctr = own(v2("/machine.slice/libpod-%s.scope" % CID))._replace(name="hog")
     assert owner_mod.describe(ctr) == "podman container hog (%s)" % CID[:12]
     guest = own(v2("/lxc/101/ns/system.slice/sglang.service"))
     assert owner_mod.describe(guest) == "Proxmox guest 101, unit sglang.service inside it"
@@ -171,11 +171,11 @@ def test_a_users_service_is_her_managers_unit_not_the_systems():
     # The case test_units_and_nothing states: the unit is hers, and nothing system-wide stops it.
     got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))
     assert (got["kind"], got["unit"], got["manager"], got["uid"]) == ("user", "vllm.service", "user", 1000)
-    holder = make_holder(unit=None, owner=dict(got, confirmed=False))
+    holder = make_holder(unit=None, owner=got._replace(confirmed=False))
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide
     assert gpu_decide.units_to_stop([holder], set()) == []
     assert gpu_decide.user_units_to_stop([holder]) == []
-    holder = holder._replace(owner=dict(holder.owner, confirmed=True))
+    holder = holder._replace(owner=holder.owner._replace(confirmed=True))
     assert gpu_decide.units_to_stop([holder], set()) == []
     assert gpu_decide.user_units_to_stop([holder]) == [(1000, "vllm.service")]
 

@@ -35,7 +35,7 @@ def _traced(holders):
 
 
 def _policy(holders):
-    holders[0] = holders[0]._replace(owner=dict(holders[0].owner, restart_policy='always', name='sglang'))
+    holders[0] = holders[0]._replace(owner=holders[0].owner._replace(restart_policy='always', name='sglang'))
 
 
 def _unreadable():

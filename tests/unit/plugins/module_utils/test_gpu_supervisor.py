@@ -180,8 +180,7 @@ def test_a_cli_failure_names_the_cli_the_bound_and_how_to_find_the_program():
     found = sup.match([holder(), supervisord()], 40)
     error = {'code': gpu_owner.CLI_TIMEOUT,
              'text': '`supervisorctl -c %s status` did not answer within 4.0s' % CONF}
-    owner = owner_of(found, None, error=error)
-    owner['name'] = None
+    owner = owner_of(found, None, error=error)._replace(name=None)
     said = gpu_say.supervised(owner)
     assert 'did not answer within 4.0s' in said and 'nothing was signalled' in said
     assert '`supervisorctl -c %s stop PROGRAM`' % CONF in said

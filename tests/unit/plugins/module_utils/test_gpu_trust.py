@@ -42,8 +42,7 @@ def facts_for(path, first_user_index=None):
 def owner_of(path, first_user_index=None, **confirm):
     text, dir_uids = facts_for(path, first_user_index)
     owner = gpu_owner.owner_from_cgroup(text, dir_uids)
-    owner["confirmed"] = trust.confirm(owner, **confirm)
-    return owner
+    return owner._replace(confirmed=trust.confirm(owner, **confirm))
 
 
 SYSTEM_VICTIM = {"victim.service": UnitFacts("no", "active", "/system.slice/victim.service")}

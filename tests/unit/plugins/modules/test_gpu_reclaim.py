@@ -151,15 +151,14 @@ def reclaim_results(lock_path):
     results.append(Ladder(ScriptedSurveyor(unit, free()), actor=ScriptedActor()).run())
     results.append(Ladder(ScriptedSurveyor(container_held(nspid=[10, 1])), check_mode=True).run())
     guest = held_by((15, 'exits-on-term'))
-    guest.holders[0] = guest.holders[0]._replace(owner=dict(
-        guest.holders[0].owner, kind='guest', guest_unit='sglang.service',
+    guest.holders[0] = guest.holders[0]._replace(owner=guest.holders[0].owner._replace(
+        kind='guest', guest_unit='sglang.service',
         cgroup='/machine.slice/machine-g1.scope/payload/system.slice/sglang.service'))
     results.append(Ladder(ScriptedSurveyor(guest, free()), actor=ScriptedActor()).run())
     results.append(Ladder(ScriptedSurveyor(user_held(), free()), actor=ScriptedActor()).run())
     # a supervisor's program, stopped through its supervisor (check mode: the stop_supervised step)
     supervised = held_by((16, 'exits-on-term'), cgroup='0::/system.slice/supervisor.service')
-    supervised.holders[0] = supervised.holders[0]._replace(owner=dict(
-        supervised.holders[0].owner,
+    supervised.holders[0] = supervised.holders[0]._replace(owner=supervised.holders[0].owner._replace(
         kind='supervisor', runtime='supervisord', id='worker', name='worker', unit='supervisor.service',
         supervisor={'pid': 40, 'start_time': 5, 'program_pid': 16, 'service': None,
                     'conf': '/etc/supervisor/supervisord.conf', 'home': None, 'uid': 0}))
