@@ -91,7 +91,7 @@ def refusal(pid, start_time, seen, own_tree):
         return REUSED
     if seen.kthread:
         return KTHREAD
-    if seen.owner['kind'] not in ADOPTABLE:
+    if seen.owner.kind not in ADOPTABLE:
         return OWNED
     return None
 
@@ -206,7 +206,7 @@ class Adoption(object):
         self.planned[info.pid] = info.start_time
         self.out['procs'].append({'pid': info.pid, 'start_time': info.start_time, 'name': info.name,
                                   'cmdline': (info.cmdline or '')[:CMDLINE_CHARS], 'uid': info.uid, 'root': root,
-                                  'owner': seen.owner['kind'], 'unit': seen.owner['unit']})
+                                  'owner': seen.owner.kind, 'unit': seen.owner.unit})
 
     def _record(self, what, target, result, changed, at_s, took_s=None, **details):
         self.out['actions'].append(gpu_act.Action(what, target, result, changed, at_s=at_s, took_s=took_s,

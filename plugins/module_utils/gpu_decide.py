@@ -83,7 +83,7 @@ def protection_code(proc, own_tree, patterns, owner=None, vendor_infrastructure=
         return lever.INIT_SHIELD, None
     infra = infrastructure_name(proc.name, proc.cmdline, INFRASTRUCTURE + tuple(vendor_infrastructure))
     if infra and trust.refusal(trust.SHIELD_INFRASTRUCTURE, owner, identity_of(proc, units, vendor_units),
-                               protected_unit=protected_unit(owner.get('unit'), vendor_units)) is None:
+                               protected_unit=protected_unit(owner.unit, vendor_units)) is None:
         return lever.INFRASTRUCTURE, infra
     for pattern in patterns:
         if pattern.search(proc.name) or pattern.search(proc.cmdline):
@@ -366,12 +366,12 @@ def holder_of(proc, snapshot, gpus, listed, evidence, kind, patterns, own_tree, 
                                    facts.get('vendor_units'), units)
     owner = owner or named
     reason = say.protection(code, detail, proc.pid)
-    unit = owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
+    unit = owner.unit if owner.manager == gpu_owner.SYSTEM_MANAGER else None
     if unit:
         facts_of_unit = units.get(unit)
         restart, active = (facts_of_unit.restart, facts_of_unit.active) if facts_of_unit else (None, None)
-    elif owner['manager'] == gpu_owner.USER_MANAGER:
-        facts_of_unit = (facts.get('user_units') or {}).get((owner['uid'], owner['unit']))
+    elif owner.manager == gpu_owner.USER_MANAGER:
+        facts_of_unit = (facts.get('user_units') or {}).get((owner.uid, owner.unit))
         restart, active = (facts_of_unit.restart, facts_of_unit.active) if facts_of_unit else (None, None)
     else:
         restart, active = None, None
@@ -471,7 +471,7 @@ def unit_from_cgroup(text, dir_uids=None):
     text; None for a process of a guest (its units are the guest's), of a pod, or in a cgroup
     a user named (a unit there is at most her own manager's)."""
     owner = gpu_owner.owner_from_cgroup(text, dir_uids)
-    return owner['unit'] if owner['manager'] == gpu_owner.SYSTEM_MANAGER else None
+    return owner.unit if owner.manager == gpu_owner.SYSTEM_MANAGER else None
 
 
 def gpu_table(snapshot, holders, selected, free_threshold_mib, spared_pids=frozenset()):
@@ -629,7 +629,7 @@ def containers_to_stop(holders, selected, match_patterns, protected_ids=frozense
         if not set(holder.context_gpus) & selected:
             continue
         chosen = lever.container_lever(holder, match_patterns, protected_ids)
-        if chosen.refusal is None and all(c['id'] != chosen.owner['id'] for c in found):
+        if chosen.refusal is None and all(c.id != chosen.owner.id for c in found):
             found.append(chosen.owner)
     return found
 

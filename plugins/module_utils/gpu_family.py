@@ -61,7 +61,7 @@ class Family(object):
 
     def owns(self, owner):
         """Whether this family answers for `owner` (a gpu_owner record)."""
-        return owner.get('kind') in self.kinds
+        return owner.kind in self.kinds
 
     @staticmethod
     def recognise(parts, index, path):
@@ -120,7 +120,7 @@ class RuntimeOwned(Family):
     store = 'runtimes'
 
     def facts_key(self, owner):
-        return (owner['runtime'], owner['id']) if self.owns(owner) and owner.get('id') else None
+        return (owner.runtime, owner.id) if self.owns(owner) and owner.id else None
 
     @staticmethod
     def facts(owner, timeout):

@@ -93,7 +93,7 @@ class ContainerRuntime(family.RuntimeOwned):
     def phrase(self, chosen):
         owner = chosen.owner
         return 'stop_container', gpu_owner.describe(owner), {
-            'container': owner['id'], 'runtime': owner['runtime'], 'name': owner['name']}
+            'container': owner.id, 'runtime': owner.runtime, 'name': owner.name}
 
 
 def _cgroupfs_container(parent, container_id, path):

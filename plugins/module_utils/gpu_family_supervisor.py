@@ -70,7 +70,7 @@ class Supervisor(family.Family):
     def phrase(self, chosen):
         owner = chosen.owner
         return 'stop_supervised', gpu_owner.describe(owner), {
-            'runtime': owner['runtime'], 'program': owner['name'], 'unit': owner['unit'],
+            'runtime': owner.runtime, 'program': owner.name, 'unit': owner.unit,
             'command': supervisors.manual(owner)}
 
     @staticmethod
@@ -88,16 +88,16 @@ class Supervisor(family.Family):
         links = {}
         for one in procs:
             owner = owners[one.pid]
-            if owner['kind'] in _THEIRS:
+            if owner.kind in _THEIRS:
                 continue
-            system = owner['kind'] == gpu_owner.SERVICE and owner['manager'] == gpu_owner.SYSTEM_MANAGER \
-                and owner['confirmed'] and owner['controlled_by'] == gpu_owner.ROOT
-            facts = units.get(owner['unit']) if system else None
+            system = owner.kind == gpu_owner.SERVICE and owner.manager == gpu_owner.SYSTEM_MANAGER \
+                and owner.confirmed and owner.controlled_by == gpu_owner.ROOT
+            facts = units.get(owner.unit) if system else None
             main_pid = facts.main_pid if facts else None
-            if main_pid and owner['unit'] not in checked:
-                checked.add(owner['unit'])
+            if main_pid and owner.unit not in checked:
+                checked.add(owner.unit)
                 if supervisors.daemon_row(observe.supervisor_chain(main_pid, proc, depth=0, links=links), main_pid):
-                    surveyor.supervisor_units.add(owner['unit'])
+                    surveyor.supervisor_units.add(owner.unit)
             if not one.ppid or one.ppid <= 1 or one.ppid in surveyor.own_ancestors:
                 continue   # an orphan of PID 1 (the seeds) or the module's own child: no supervisor above
             chain = observe.supervisor_chain(one.pid, proc, links=links)
@@ -107,7 +107,7 @@ class Supervisor(family.Family):
             if not found:
                 continue
             if system:
-                surveyor.supervisor_units.add(owner['unit'])
+                surveyor.supervisor_units.add(owner.unit)
             programs[one.pid] = _program_owner(owner, found, timeout, surveyor)
         return programs
 
@@ -120,8 +120,8 @@ def stop(actor, chosen, holders, grace, status_timeout):
     error): error {'code', 'text'} (gpu_supervisor's codes) when it failed or the program came
     back; nothing is signalled from here."""
     owner = chosen.owner
-    sup = owner['supervisor']
-    row = supervisors.SUPERVISORS[owner['runtime']]
+    sup = owner.supervisor
+    row = supervisors.SUPERVISORS[owner.runtime]
     as_user = observe.as_user(sup['uid'], sup.get('home')) if row['as_user'] else None
     bound = grace + 30
     if row['as_user'] and as_user is None and not actor.recording:
@@ -136,11 +136,11 @@ def stop(actor, chosen, holders, grace, status_timeout):
         code = supervisors.CLI_TIMEOUT if rc == 124 else supervisors.CLI_MISSING
         return say.step(lever.STOP_FAILED, output=out), False, {'code': code, 'text': say.cli_said(chosen.argv, out)}
     if rc != 0 and row['kill']:
-        actor.run(supervisors.argv(owner['runtime'], 'kill', sup, owner['id']), bound, as_user=as_user)
+        actor.run(supervisors.argv(owner.runtime, 'kill', sup, owner.id), bound, as_user=as_user)
     state = {}
 
     def read():
-        code, text = observe.supervisor_status(supervisors.argv(owner['runtime'], 'status', sup, owner['id']),
+        code, text = observe.supervisor_status(supervisors.argv(owner.runtime, 'status', sup, owner.id),
                                                status_timeout, sup['uid'] if row['as_user'] else None, sup.get('home'))
         entries = supervisors.parse_status(row['parse'], text) if code in ('ok',) or code.startswith('rc=') else None
         state['error'] = None if entries is not None else {
@@ -153,19 +153,19 @@ def stop(actor, chosen, holders, grace, status_timeout):
         # The program down by its supervisor's word: a holder below it that outlives it (a
         # launcher's child) is an orphan the supervisor no longer restarts, for the signals.
         entries = read()
-        return state['error'] is not None or supervisors.is_down(owner['runtime'], entries, owner['id'])
+        return state['error'] is not None or supervisors.is_down(owner.runtime, entries, owner.id)
 
     _done, waited = actor.wait_until(down, bound, max_interval=act.COMMAND_POLL_S)
     if state.get('error'):
         return say.step(lever.STOP_FAILED, output=state['error']['text']), rc == 0, state['error']
-    if not supervisors.is_down(owner['runtime'], state.get('entries'), owner['id']):
+    if not supervisors.is_down(owner.runtime, state.get('entries'), owner.id):
         text = say.not_down(chosen.argv, rc, out, bound)
         return say.step(lever.STOP_FAILED, output=text), rc == 0, {'code': supervisors.STOP_FAILED, 'text': text}
     # Stays down: its supervisor's word (down by request) is checked against what it does.
     back, watched = actor.wait_until(lambda: read() is None or supervisors.running_pid(
-        owner['runtime'], state['entries'], owner['id']), supervisors.STAY_DOWN_S, max_interval=act.COMMAND_POLL_S)
+        owner.runtime, state['entries'], owner.id), supervisors.STAY_DOWN_S, max_interval=act.COMMAND_POLL_S)
     if back:
-        pid = supervisors.running_pid(owner['runtime'], state.get('entries'), owner['id'])
+        pid = supervisors.running_pid(owner.runtime, state.get('entries'), owner.id)
         text = (say.program_back(pid, watched) if pid
                 else (state.get('error') or {}).get('text', say.STATUS_FAILED))
         return say.step(lever.STOP_FAILED, output=text), True, {
@@ -207,9 +207,9 @@ def _program_owner(owner, found, timeout, surveyor):
     elif program is None:
         error = {'code': supervisors.NOT_LISTED, 'text': say.not_listed(found['program_pid'])}
     program_id, name = program or ((service, os.path.basename(service)) if service else (None, None))
-    new = gpu_owner.new_owner(gpu_owner.SUPERVISOR, owner['cgroup'], runtime=runtime, id=program_id, name=name,
-                              unit=owner['unit'], manager=owner['manager'], controlled_by=owner['controlled_by'],
-                              uid=owner['uid'], confirmed=owner['confirmed'], cli_error=error,
+    new = gpu_owner.new_owner(gpu_owner.SUPERVISOR, owner.cgroup, runtime=runtime, id=program_id, name=name,
+                              unit=owner.unit, manager=owner.manager, controlled_by=owner.controlled_by,
+                              uid=owner.uid, confirmed=owner.confirmed, cli_error=error,
                               supervisor=dict((k, v) for k, v in found.items() if k != 'runtime'))
     return new if error else new._replace(cli_error=surveyor.supervisor_errors.get(supervisors.key(new)))
 

@@ -32,14 +32,14 @@ class SystemUnit(family.UnitOwned):
     manager = gpu_owner.SYSTEM_MANAGER
 
     def owns(self, owner):
-        return owner.get('manager') == gpu_owner.SYSTEM_MANAGER and (owner.get('unit') or '').endswith('.service')
+        return owner.manager == gpu_owner.SYSTEM_MANAGER and (owner.unit or '').endswith('.service')
 
     def facts_key(self, owner):
-        return owner['unit'] if self.owns(owner) else None
+        return owner.unit if self.owns(owner) else None
 
     @staticmethod
     def facts(owner, timeout):
-        return observe.unit_restart_policy(owner['unit'])
+        return observe.unit_restart_policy(owner.unit)
 
     def lever(self, holder, context):
         return lever.unit_lever(holder, context.protected_units, context.vendor_units,

@@ -34,16 +34,16 @@ class UserUnit(family.UnitOwned):
 
     @staticmethod
     def owns(owner):
-        return owner.get('manager') == gpu_owner.USER_MANAGER
+        return owner.manager == gpu_owner.USER_MANAGER
 
     def facts_key(self, owner):
-        if self.owns(owner) and (owner.get('unit') or '').endswith('.service'):
-            return owner['uid'], owner['unit']
+        if self.owns(owner) and (owner.unit or '').endswith('.service'):
+            return owner.uid, owner.unit
         return None
 
     @staticmethod
     def facts(owner, timeout):
-        return observe.user_unit_facts(owner['uid'], owner['unit'])
+        return observe.user_unit_facts(owner.uid, owner.unit)
 
     def lever(self, holder, context):
         return lever.user_unit_lever(holder)

@@ -28,8 +28,8 @@ import collections
 # gpus (every GPU it holds a node of), context_gpus (those it holds a context on),
 # gpu_memory_mib ({str(index): MiB NVML charges to it} or None), evidence (nvml, fd, mmap),
 # kind ('context', 'handle', 'client', 'respawner'), other_pid_namespace;
-# owner (gpu_owner.new_owner's record, final: confirmed, named by its runtime, a supervisor's
-# program where one runs it);
+# owner (a gpu_owner.Owner, new_owner's record, final: confirmed, named by its runtime, a
+# supervisor's program where one runs it; its result is the record's as_result());
 # ignores_sigterm, sigterm_dropped (PID 1 of its own namespace without a SIGTERM handler),
 # tracer_pid, tracer_name;
 # protected, protected_reason (gpu_say's sentence), protected_code (gpu_lever's code);

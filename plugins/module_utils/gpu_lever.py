@@ -288,8 +288,8 @@ def runtime_argv(runtime, action, owner, grace=None):
     template = row.get(action) if row else None
     if not template:
         return None
-    values = {'{id}': owner['id'] or '', '{namespace}': owner.get('namespace') or 'default',
-              '{grace}': '%d' % max(0, int(round(grace or 0))), '{unit}': owner.get('guest_unit') or ''}
+    values = {'{id}': owner.id or '', '{namespace}': owner.namespace or 'default',
+              '{grace}': '%d' % max(0, int(round(grace or 0))), '{unit}': owner.guest_unit or ''}
     return _fill(template, values)
 
 
@@ -328,22 +328,22 @@ def skip_code(holder, match_patterns):
     if not matches(holder, match_patterns):
         return UNMATCHED
     owner = _owner(holder)
-    if owner.get('kind') == gpu_owner.SUPERVISOR:
+    if owner.kind == gpu_owner.SUPERVISOR:
         # Its supervisor restarts what is killed: only its own stop is a lever (gpu_supervisor).
         return supervisors.skip_code(owner)
     if runtime_unreachable(owner):
         # Its restart policy could not be read, and its runtime's stop is the lever: nothing is
         # signalled (a killed holder may come straight back), the failure names the command.
-        return owner['cli_error']['code']
+        return owner.cli_error['code']
     return None
 
 
 def runtime_unreachable(owner):
     """Whether the owner is a container root named whose runtime's CLI (which this module
     would stop it with) is missing, hung or refused."""
-    row = RUNTIMES.get(owner.get('runtime')) or {}
-    return owner.get('kind') == gpu_owner.CONTAINER and bool(owner.get('cli_error')) and bool(row.get('stop')) \
-        and owner.get('controlled_by') == gpu_owner.ROOT and bool(owner.get('id'))
+    row = RUNTIMES.get(owner.runtime) or {}
+    return owner.kind == gpu_owner.CONTAINER and bool(owner.cli_error) and bool(row.get('stop')) \
+        and owner.controlled_by == gpu_owner.ROOT and bool(owner.id)
 
 
 def signal_lever(holder, match_patterns):
@@ -375,11 +375,11 @@ def user_unit_lever(holder, allowed=True):
     """`systemctl --user stop UNIT` as the user, for her own confirmed service
     (gpu_trust.STOP_USER_UNIT)."""
     owner = _owner(holder)
-    key = (owner.get('uid'), owner.get('unit'))
+    key = (owner.uid, owner.unit)
     refusal = trust.refusal(STOP_USER_UNIT, owner)
     if refusal is None and not allowed:
         refusal = OPTION_OFF
-    argv = unit_argv(gpu_owner.USER_MANAGER, 'stop', owner['unit']) if refusal is None else None
+    argv = unit_argv(gpu_owner.USER_MANAGER, 'stop', owner.unit) if refusal is None else None
     restarts = holder.unit_restart not in (None, 'no')
     return lever(STOP_USER_UNIT, key, owner, argv, refusal,
                  UNITS[gpu_owner.USER_MANAGER]['watch'] if restarts else None)
@@ -388,8 +388,8 @@ def user_unit_lever(holder, allowed=True):
 def restart_policy(holder):
     """The restart policy of the holder's container when its runtime brings it back."""
     owner = _owner(holder)
-    policy = owner.get('restart_policy')
-    if owner.get('kind') == gpu_owner.CONTAINER and policy and policy != 'no':
+    policy = owner.restart_policy
+    if owner.kind == gpu_owner.CONTAINER and policy and policy != 'no':
         return policy
     return None
 
@@ -400,18 +400,18 @@ def container_lever(holder, match_patterns=(), protected_ids=frozenset(), allowe
     here (never a pod's); never the caller's own, never for a holder protected for another reason
     than being the container's init, never one outside `match`."""
     owner = _owner(holder)
-    key = (owner.get('runtime'), owner.get('id'))
-    if owner.get('kind') != gpu_owner.CONTAINER or not owner.get('id'):
+    key = (owner.runtime, owner.id)
+    if owner.kind != gpu_owner.CONTAINER or not owner.id:
         return lever(STOP_CONTAINER, key, owner, refusal=trust.NOT_THAT_OWNER)
     refusal = trust.refusal(STOP_CONTAINER, owner)
-    argv = runtime_argv(owner.get('runtime'), 'stop', owner, grace)
+    argv = runtime_argv(owner.runtime, 'stop', owner, grace)
     if refusal is None and not argv:
         refusal = NO_STOP
     if refusal is None and holder.protected and not is_container_init(holder):
         refusal = PROTECTED
     if refusal is None and not matches(holder, match_patterns):
         refusal = UNMATCHED
-    if refusal is None and owner['id'] in protected_ids:
+    if refusal is None and owner.id in protected_ids:
         refusal = CALLERS
     if refusal is None and not allowed:
         refusal = OPTION_OFF
@@ -424,7 +424,7 @@ def supervised_lever(holder, match_patterns=(), allowed=True, grace=0):
     supervisor, matched by identity, named in its status, whose CLI answered; never a protected
     or zombie holder's, never one outside `match`."""
     owner = _owner(holder)
-    if owner.get('kind') != gpu_owner.SUPERVISOR:
+    if owner.kind != gpu_owner.SUPERVISOR:
         return lever(STOP_SUPERVISED, None, owner, refusal=trust.NOT_THAT_OWNER)
     key = supervisors.key(owner)
     if not supervisors.stoppable(owner):
@@ -437,8 +437,8 @@ def supervised_lever(holder, match_patterns=(), allowed=True, grace=0):
         refusal = UNMATCHED
     else:
         refusal = None if allowed else OPTION_OFF
-    argv = supervisors.argv(owner['runtime'], 'stop', owner['supervisor'], owner['id'], grace) \
-        if owner.get('id') and owner.get('supervisor') else None
+    argv = supervisors.argv(owner.runtime, 'stop', owner.supervisor, owner.id, grace) \
+        if owner.id and owner.supervisor else None
     return lever(STOP_SUPERVISED, key, owner, argv, refusal, WATCH_SUPERVISOR)
 
 
@@ -446,9 +446,9 @@ def guest_unit(holder):
     """(guest cgroup, service inside it) for a holder run by a guest's own systemd service: the
     key of its WATCH_GUEST watch; None otherwise."""
     owner = _owner(holder)
-    unit = owner.get('guest_unit')
-    if owner.get('kind') == gpu_owner.GUEST and unit and unit.endswith('.service'):
-        return owner['cgroup'].split('/' + unit)[0], unit
+    unit = owner.guest_unit
+    if owner.kind == gpu_owner.GUEST and unit and unit.endswith('.service'):
+        return owner.cgroup.split('/' + unit)[0], unit
     return None
 
 
@@ -471,14 +471,14 @@ def by_hand(holder):
     (a pod, a container's init or restart policy, a guest's init or unit), its `why` saying
     which; None when the owner calls for nothing beyond the signals."""
     owner = _owner(holder)
-    kind = owner['kind']
+    kind = owner.kind
     if kind == gpu_owner.SUPERVISOR:
         return supervised_lever(holder)._replace(why=SUPERVISED)
     if kind == gpu_owner.POD:
-        return lever(DELETE_POD, owner.get('pod'), owner, refusal=NO_STOP, why=POD_OWNS)
+        return lever(DELETE_POD, owner.pod, owner, refusal=NO_STOP, why=POD_OWNS)
     if runtime_unreachable(owner):
-        return lever(STOP_CONTAINER, (owner['runtime'], owner['id']), owner,
-                     runtime_argv(owner['runtime'], 'stop', owner, grace=10), owner['cli_error']['code'],
+        return lever(STOP_CONTAINER, (owner.runtime, owner.id), owner,
+                     runtime_argv(owner.runtime, 'stop', owner, grace=10), owner.cli_error['code'],
                      why=RUNTIME_UNREACHABLE)
     container = container_lever(holder, grace=10)
     if container.refusal in (None, OPTION_OFF, UNMATCHED, CALLERS, PROTECTED) and container.argv:
@@ -489,13 +489,13 @@ def by_hand(holder):
         return None
     if is_container_init(holder):
         if kind == gpu_owner.GUEST:
-            argv = runtime_argv(owner['runtime'], 'stop_guest', owner) if owner.get('id') else None
-            return lever(STOP_BY_HAND, owner.get('id'), owner, argv, refusal=NO_STOP, why=GUEST_INIT)
-        return lever(STOP_BY_HAND, owner.get('id'), owner, refusal=NO_STOP, why=UNREACHABLE_INIT)
+            argv = runtime_argv(owner.runtime, 'stop_guest', owner) if owner.id else None
+            return lever(STOP_BY_HAND, owner.id, owner, argv, refusal=NO_STOP, why=GUEST_INIT)
+        return lever(STOP_BY_HAND, owner.id, owner, refusal=NO_STOP, why=UNREACHABLE_INIT)
     if guest_unit(holder):
-        argv = runtime_argv(owner['runtime'], 'guest_stop', owner) if owner.get('id') else None
+        argv = runtime_argv(owner.runtime, 'guest_stop', owner) if owner.id else None
         return lever(STOP_GUEST_UNIT, guest_unit(holder), owner, argv, NO_STOP,
-                     (RUNTIMES.get(owner['runtime']) or {}).get('watch', WATCH_GUEST), why=GUEST_UNIT)
+                     (RUNTIMES.get(owner.runtime) or {}).get('watch', WATCH_GUEST), why=GUEST_UNIT)
     return None
 
 
@@ -507,7 +507,7 @@ def of(holder, match_patterns=(), protected_units=(), protected_ids=frozenset(),
     their values (all true when not given)."""
     options = options or {}
     owner = _owner(holder)
-    kind = owner.get('kind')
+    kind = owner.kind
     if kind == gpu_owner.SUPERVISOR:
         return supervised_lever(holder, match_patterns, options.get('stop_supervised', True))
     if kind == gpu_owner.CONTAINER:
@@ -516,8 +516,8 @@ def of(holder, match_patterns=(), protected_units=(), protected_ids=frozenset(),
             return chosen
     if kind in (gpu_owner.POD, gpu_owner.GUEST, gpu_owner.CONTAINER):
         return by_hand(holder) or signal_lever(holder, match_patterns)
-    if owner.get('manager') == gpu_owner.SYSTEM_MANAGER and (holder.unit or '').endswith('.service'):
+    if owner.manager == gpu_owner.SYSTEM_MANAGER and (holder.unit or '').endswith('.service'):
         return unit_lever(holder, protected_units, allowed=options.get('stop_units', True), is_protected=is_protected)
-    if owner.get('manager') == gpu_owner.USER_MANAGER:
+    if owner.manager == gpu_owner.USER_MANAGER:
         return user_unit_lever(holder, options.get('stop_units', True))
     return signal_lever(holder, match_patterns)

@@ -101,13 +101,14 @@ def listeners(port, host, unit=None, container=None, proc='/proc', timeout=10):
             uids = (info.cgroup_uids or {}).get((hierarchy, path))
             if uids is not None:
                 break
-        owner = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids).as_result()
+        # The record crosses into port_owner's result here, as plain data (RETURN `owners[].owner`).
+        owned = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids).as_result()
         code = verdict(path, group, (own or {}).get('cgroup'))
         entry = {'pid': pid, 'start_time': info.start_time, 'uid': info.uid, 'user': info.user,
                  'name': info.name, 'cmdline': info.cmdline or info.name,
                  'unit': gpu_owner.root_named_unit(path, uids), 'cgroup': path,
                  'in_unit': code == IN_UNIT, 'in_container': code == UNIT_CONTAINER, 'reason_code': code,
-                 'owner': dict((key, owner.get(key)) for key in
+                 'owner': dict((key, owned[key]) for key in
                                ('kind', 'runtime', 'id', 'unit', 'controlled_by', 'uid'))}
         entry['label'] = label(entry)
         owners.append(entry)

@@ -746,8 +746,8 @@ def runtime_details(owner, timeout=10):
     CLI_TIMEOUT or CLI_FAILED, 'text'}) when the runtime's CLI is not on this host, fails or
     does not answer within `timeout` seconds: the owner is then named by its id; empty for a
     runtime this module has no CLI for."""
-    row = gpu_lever.RUNTIMES.get(owner.get('runtime')) or {}
-    argv = gpu_lever.runtime_argv(owner.get('runtime'), 'inspect', owner) if owner.get('id') else None
+    row = gpu_lever.RUNTIMES.get(owner.runtime) or {}
+    argv = gpu_lever.runtime_argv(owner.runtime, 'inspect', owner) if owner.id else None
     if not argv or not row.get('cli'):
         return {}
     if not which(row['cli']):

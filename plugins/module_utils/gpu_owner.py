@@ -102,15 +102,6 @@ class Owner(collections.namedtuple('Owner', FIELDS)):
         return dict((field, dict(value) if isinstance(value, dict) else value)
                     for field, value in zip(FIELDS, self))
 
-    # TEMPORARY (removed once every reader uses attributes): dict-style reads.
-    def __getitem__(self, key):
-        if isinstance(key, str):
-            return getattr(self, key)
-        return tuple.__getitem__(self, key)
-
-    def get(self, key, default=None):
-        return getattr(self, key, default)
-
 
 def new_owner(kind, cgroup=None, **fields):
     """An Owner with every field present: `fields` as given, the others None

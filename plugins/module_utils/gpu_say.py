@@ -147,10 +147,10 @@ def owner_clause(holder, by_hand):
         return supervised(owner)
     if why == lever.RUNTIME_UNREACHABLE:
         return ('it runs in %s, and %s: nothing was signalled (its restart policy is unknown); stop the '
-                'container by hand once %s answers: `%s`' % (what, escape_text(owner['cli_error']['text']),
-                                                             owner['runtime'], _argv(by_hand.argv)))
+                'container by hand once %s answers: `%s`' % (what, escape_text(owner.cli_error['text']),
+                                                             owner.runtime, _argv(by_hand.argv)))
     if why == lever.POD_OWNS:
-        pod = owner['pod'] or {}
+        pod = owner.pod or {}
         if pod.get('name'):
             how = '`kubectl delete pod -n %s %s`' % (escape_text(pod.get('namespace')), escape_text(pod['name']))
         else:
@@ -169,12 +169,12 @@ def owner_clause(holder, by_hand):
         return ('it is the init of %s, which this module never signals: stop the guest itself%s '
                 'only if the whole guest must go, or change what its init runs' % (what, how))
     if why == lever.UNREACHABLE_INIT:
-        named = what if owner['kind'] == gpu_owner.CONTAINER else (
-            'a container (cgroup %s)' % escape_text(owner['cgroup']) if owner['cgroup'] else 'a container')
+        named = what if owner.kind == gpu_owner.CONTAINER else (
+            'a container (cgroup %s)' % escape_text(owner.cgroup) if owner.cgroup else 'a container')
         return ('it is the init of %s whose runtime this module cannot reach, and it is never '
                 'signalled: stop that container with the tool that started it (docker, podman, '
                 'nerdctl stop), or from the host around it' % named)
-    how = _argv(by_hand.argv) if by_hand.argv else 'systemctl stop %s inside the guest' % escape_text(owner['guest_unit'])
+    how = _argv(by_hand.argv) if by_hand.argv else 'systemctl stop %s inside the guest' % escape_text(owner.guest_unit)
     return ('it runs in %s, whose own systemd restarts what is killed from here: stop the unit '
             'in the guest (`%s`)' % (what, how))
 
@@ -183,13 +183,13 @@ def supervised(owner):
     """The clause naming what a person does about a supervised holder that is still there, from
     its owner's `cli_error` code (gpu_supervisor's and gpu_owner's); the names and commands are
     gpu_owner.describe's phrase and gpu_supervisor's facts (manual, status_command)."""
-    sup = owner.get('supervisor') or {}
-    error = owner.get('cli_error') or {}
+    sup = owner.supervisor or {}
+    error = owner.cli_error or {}
     what = gpu_owner.describe(owner)
     command = supervisors.manual(owner)
     code = error.get('code')
     if code in (gpu_owner.CLI_MISSING, gpu_owner.CLI_TIMEOUT, gpu_owner.CLI_FAILED, supervisors.NOT_LISTED):
-        find = '' if owner.get('id') else (' (find the program whose pid is %s with `%s`)'
+        find = '' if owner.id else (' (find the program whose pid is %s with `%s`)'
                                            % (sup.get('program_pid'), supervisors.status_command(owner)))
         return ('it is run by %s, whose autorestart brings back what is killed, and %s: nothing was '
                 'signalled; stop the program by hand once the supervisor answers: `%s`%s'
@@ -234,11 +234,11 @@ def next_lever(holder):
         return ('it is traced by PID %s (%s) and stays in its exit, GPU memory held, until the tracer '
                 'lets it go: continue the tracer (`kill -CONT %s` if it is stopped) or end it'
                 % (holder.tracer_pid, escape_text(holder.tracer_name) or 'unknown', holder.tracer_pid))
-    owner = holder.owner or {}
-    if owner.get('manager') == gpu_owner.USER_MANAGER and holder.unit_restart not in (None, 'no'):
+    owner = holder.owner or gpu_owner.new_owner(gpu_owner.NONE)
+    if owner.manager == gpu_owner.USER_MANAGER and holder.unit_restart not in (None, 'no'):
         return ("its unit %s of user %s's own manager restarts it (Restart=%s): that user stops it "
-                "(`%s`)" % (escape_text(owner['unit']), owner['uid'], holder.unit_restart,
-                            _argv(lever.unit_argv(gpu_owner.USER_MANAGER, 'by_hand', owner['unit']))))
+                "(`%s`)" % (escape_text(owner.unit), owner.uid, holder.unit_restart,
+                            _argv(lever.unit_argv(gpu_owner.USER_MANAGER, 'by_hand', owner.unit))))
     return 'it survived SIGKILL: check `cat /proc/%d/stack`, then reset the GPU or reboot' % holder.pid
 
 

@@ -250,9 +250,9 @@ def argv(runtime, action, supervisor, program_id, grace=0):
 
 def manual(owner):
     """The command a person runs by hand to stop the holder's program (text for a message)."""
-    sup = owner.get('supervisor') or {}
-    row = SUPERVISORS.get(owner.get('runtime')) or {}
-    program = owner.get('id') or 'PROGRAM'
+    sup = owner.supervisor or {}
+    row = SUPERVISORS.get(owner.runtime) or {}
+    program = owner.id or 'PROGRAM'
     if not row:
         return None
     text = row['manual'].format(conf=sup.get('conf') or '', id=program)
@@ -264,8 +264,8 @@ def manual(owner):
 
 def status_command(owner):
     """The status command, as text, for a message."""
-    sup = owner.get('supervisor') or {}
-    words = argv(owner['runtime'], 'status', sup, owner.get('id') or sup.get('service'))
+    sup = owner.supervisor or {}
+    words = argv(owner.runtime, 'status', sup, owner.id or sup.get('service'))
     return escape_text(' '.join(words)) if words else None
 
 
@@ -375,18 +375,18 @@ def running_pid(runtime, entries, program_id):
 def stoppable(owner):
     """Whether the supervisor may be asked to stop this program: it was matched by identity, its
     status named the program, and nothing failed."""
-    return owner.get('kind') == 'supervisor' and bool(owner.get('id')) and not owner.get('cli_error')
+    return owner.kind == 'supervisor' and bool(owner.id) and not owner.cli_error
 
 
 def skip_code(owner):
     """The reason code for a supervised holder the signal ladder leaves to its supervisor."""
-    return (owner.get('cli_error') or {}).get('code') or LEVER_OFF
+    return (owner.cli_error or {}).get('code') or LEVER_OFF
 
 
 def key(owner):
     """One program of one supervisor: (row, the supervisor's PID and start time, program id)."""
-    sup = owner.get('supervisor') or {}
-    return (owner.get('runtime'), sup.get('pid'), sup.get('start_time'), owner.get('id') or sup.get('program_pid'))
+    sup = owner.supervisor or {}
+    return (owner.runtime, sup.get('pid'), sup.get('start_time'), owner.id or sup.get('program_pid'))
 
 
 def daemon_row(chain, main_pid):

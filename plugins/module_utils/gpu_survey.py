@@ -137,8 +137,8 @@ class Surveyor(object):
                 owner = gpu_owner.owner_from_cgroup(observe.read_cgroup(pid, self.proc))
             except observe.ProcessGone:
                 continue
-            if owner['kind'] == gpu_owner.CONTAINER and owner['id']:
-                ids.add(owner['id'])
+            if owner.kind == gpu_owner.CONTAINER and owner.id:
+                ids.add(owner.id)
         return ids
 
     def protected_units(self):
@@ -249,10 +249,10 @@ class Surveyor(object):
                     if key not in store:
                         store[key] = family.facts(owner, self.nvml_timeout)
                     break
-            if owner['kind'] == gpu_owner.USER and owner['uid'] is not None:
+            if owner.kind == gpu_owner.USER and owner.uid is not None:
                 # Her manager (user@UID.service's MainPID) is the system's, not hers: it may
                 # respawn her holders, and is then named, never signalled.
-                manager = 'user@%d.service' % owner['uid']
+                manager = 'user@%d.service' % owner.uid
                 if manager not in units:
                     units[manager] = observe.unit_restart_policy(manager)
         facts = {'user_units': stores['user_units'], 'runtimes': self.owner_details,
@@ -328,9 +328,9 @@ def named_owner(owner, timeout, asked):
     pod from its runtime's CLI (its family's facts), a new record; any other owner as it is.
     Each owner's runtime is asked once (`asked` keeps the answers between surveys)."""
     family = next((f for f in families.LADDER if f.store == 'runtimes' and f.owns(owner)), None)
-    if family is None or not owner['id']:
+    if family is None or not owner.id:
         return owner
-    key = (owner['runtime'], owner['id'])
+    key = (owner.runtime, owner.id)
     if key not in asked:
         asked[key] = family.facts(owner, timeout)
     details = dict(asked[key])

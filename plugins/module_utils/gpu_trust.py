@@ -53,7 +53,7 @@ REFUSALS = {
 def owned_cgroup(owner, unit):
     """The cgroup path of `unit` within the owner's cgroup path: the path up to and including
     the innermost component that is `unit`; None when the path has no such component."""
-    parts = gpu_owner.path_parts(owner.get('cgroup') or '')
+    parts = gpu_owner.path_parts(owner.cgroup or '')
     for index in range(len(parts) - 1, -1, -1):
         if parts[index] == unit:
             return '/' + '/'.join(parts[:index + 1])
@@ -68,20 +68,20 @@ def confirm(owner, units=None, user_units=None, runtimes=None):
     the same from that user's manager; `runtimes`: (runtime, id) -> the runtime's inspect
     (gpu_owner.parse_inspect) with `init_cgroup`, the /proc/PID/cgroup text of the PID it gave.
     """
-    kind, unit = owner.get('kind'), owner.get('unit')
+    kind, unit = owner.kind, owner.unit
     if kind == gpu_owner.CONTAINER:
-        details = (runtimes or {}).get((owner.get('runtime'), owner.get('id'))) or {}
+        details = (runtimes or {}).get((owner.runtime, owner.id)) or {}
         init = details.get('init_cgroup')
-        if not init or not owner.get('id'):
+        if not init or not owner.id:
             return False
         init_owner = gpu_owner.owner_from_cgroup(init)
-        return init_owner['kind'] == gpu_owner.CONTAINER and init_owner['id'] == owner['id']
-    if not unit or owner.get('manager') is None:
+        return init_owner.kind == gpu_owner.CONTAINER and init_owner.id == owner.id
+    if not unit or owner.manager is None:
         return None
-    if owner['manager'] == gpu_owner.SYSTEM_MANAGER:
+    if owner.manager == gpu_owner.SYSTEM_MANAGER:
         facts = (units or {}).get(unit)
     else:
-        facts = (user_units or {}).get((owner.get('uid'), unit))
+        facts = (user_units or {}).get((owner.uid, unit))
     control_group = facts.control_group if facts else None
     return bool(control_group) and control_group == owned_cgroup(owner, unit)
 
@@ -96,7 +96,7 @@ def runs_as_root(identity):
 
 
 def _root_named(owner):
-    controlled = owner.get('controlled_by', gpu_owner.ROOT)
+    controlled = owner.controlled_by
     if controlled == gpu_owner.BY_USER:
         return USER_CGROUP
     if controlled != gpu_owner.ROOT:
@@ -109,7 +109,7 @@ def refusal(lever, owner, identity=None, protected_unit=False):
     not. `identity` is the process's (see runs_as_root); `protected_unit` says the owner's
     unit is one never stopped (sshd, the GPU vendor's daemons), for SHIELD_INFRASTRUCTURE."""
     owner = owner or gpu_owner.new_owner(gpu_owner.NONE)
-    kind = owner.get('kind')
+    kind = owner.kind
     if lever == SHIELD_INFRASTRUCTURE:
         if runs_as_root(identity) or (identity or {}).get('main_of_protected_unit'):
             return None
@@ -117,10 +117,10 @@ def refusal(lever, owner, identity=None, protected_unit=False):
             return None
         return NOT_ROOT
     if lever == STOP_USER_UNIT:
-        if owner.get('manager') != gpu_owner.USER_MANAGER or owner.get('uid') is None \
-                or not (owner.get('unit') or '').endswith('.service'):
+        if owner.manager != gpu_owner.USER_MANAGER or owner.uid is None \
+                or not (owner.unit or '').endswith('.service'):
             return NOT_THAT_OWNER
-        return None if owner.get('confirmed') else UNCONFIRMED
+        return None if owner.confirmed else UNCONFIRMED
     wanted = {STOP_UNIT: (gpu_owner.SERVICE,), STOP_CONTAINER: (gpu_owner.CONTAINER,),
               SHIELD_POD: (gpu_owner.POD,),
               SHIELD_INIT: (gpu_owner.CONTAINER, gpu_owner.GUEST)}[lever]
@@ -131,8 +131,8 @@ def refusal(lever, owner, identity=None, protected_unit=False):
     named = _root_named(owner)
     if named:
         return named
-    if lever == STOP_UNIT and owner.get('manager') != gpu_owner.SYSTEM_MANAGER:
+    if lever == STOP_UNIT and owner.manager != gpu_owner.SYSTEM_MANAGER:
         return NOT_THAT_OWNER
     if lever in (STOP_UNIT, STOP_CONTAINER) or (lever == SHIELD_INIT and kind == gpu_owner.CONTAINER):
-        return None if owner.get('confirmed') else UNCONFIRMED
+        return None if owner.confirmed else UNCONFIRMED
     return None

@@ -64,7 +64,7 @@ def runtime_confirms(cgroup_text, init_pid=4242):
     (gpu_trust.confirm)."""
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner
     owner = gpu_owner.owner_from_cgroup(cgroup_text)
-    return {'runtimes': {(owner['runtime'], owner['id']): {'pid': init_pid, 'init_cgroup': cgroup_text}}}
+    return {'runtimes': {(owner.runtime, owner.id): {'pid': init_pid, 'init_cgroup': cgroup_text}}}
 
 
 def systemd_confirms(*cgroups, **kwargs):

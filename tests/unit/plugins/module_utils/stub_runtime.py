@@ -45,7 +45,7 @@ class StubRuntime(gpu_family_container.ContainerRuntime):
         self.asked = []      # the owners whose facts were read (a runtime is asked once per run)
 
     def owns(self, owner):
-        return owner.get('runtime') == self.runtime and owner.get('kind') == gpu_owner.CONTAINER
+        return owner.runtime == self.runtime and owner.kind == gpu_owner.CONTAINER
 
     @staticmethod
     def recognise(parts, index, path):
@@ -56,6 +56,6 @@ class StubRuntime(gpu_family_container.ContainerRuntime):
                                    unit=parts[index], manager=gpu_owner.SYSTEM_MANAGER)
 
     def facts(self, owner, timeout):
-        self.asked.append(owner['id'])
-        return {'name': 'stub-%s' % owner['id'][:4], 'restart_policy': self.policy, 'pid': INIT_PID,
-                'init_cgroup': cgroup_of(owner['id'])}
+        self.asked.append(owner.id)
+        return {'name': 'stub-%s' % owner.id[:4], 'restart_policy': self.policy, 'pid': INIT_PID,
+                'init_cgroup': cgroup_of(owner.id)}

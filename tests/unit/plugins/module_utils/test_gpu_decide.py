@@ -345,7 +345,7 @@ def test_a_container_init_whose_runtime_does_not_confirm_it_is_no_shield():
     other['runtimes'] = {('docker', CID): list(other['runtimes'].values())[0]}
     for facts in (None, other):
         s, holders = held_by(cgroup, nspid=[50, 1], facts=facts)
-        assert holders[0].owner['confirmed'] is False
+        assert holders[0].owner.confirmed is False
         assert holders[0].protected is False
         assert decide.stoppable_container(holders[0]) is None
         assert decide.containers_to_stop(holders, [3], []) == []
@@ -381,7 +381,7 @@ def test_a_podman_container_init_names_the_container_and_its_stop():
     s, holders = held_by(cgroup, nspid=[50, 1], facts=runtime_confirms(cgroup))
     holder = holders[0]
     assert holder.protected_reason == say.CONTAINER_INIT
-    assert decide.stoppable_container(holder)['id'] == CID
+    assert decide.stoppable_container(holder).id == CID
     holder = holder._replace(owner=holder.owner._replace(name='hog'))
     clause = say.next_lever(holder)
     assert 'init of podman container hog (%s)' % CID[:12] in clause
@@ -405,7 +405,7 @@ def test_a_guest_process_is_named_with_its_guest_and_its_unit_is_not_this_hosts(
     s, holders = held_by('0::/lxc/101/ns/system.slice/sglang.service\n')
     holder = holders[0]
     assert holder.unit is None                  # never `systemctl stop` on the host
-    assert holder.owner['guest_unit'] == 'sglang.service'
+    assert holder.owner.guest_unit == 'sglang.service'
     assert decide.units_to_stop(holders, set()) == []
     clause = say.next_lever(holder)
     assert 'Proxmox guest 101, unit sglang.service inside it' in clause

@@ -50,7 +50,7 @@ def test_a_guest_started_as_a_system_service_has_its_units_facts_read_not_a_runt
     """systemd-nspawn@NAME.service: systemd confirms the guest's cgroup (gpu_trust.confirm), so
     the first family with facts for it, in ladder order, is the system unit's."""
     owner = owner_of('/machine.slice/systemd-nspawn@web.service/payload/system.slice/x.service')
-    assert owner['kind'] == gpu_owner.GUEST
+    assert owner.kind == gpu_owner.GUEST
     keyed = [(f.name, f.facts_key(owner)) for f in families.LADDER if f.facts_key(owner) is not None]
     assert keyed[0] == ('system_unit', 'systemd-nspawn@web.service')
     container = owner_of('/system.slice/docker-%s.scope' % CID)
@@ -100,12 +100,12 @@ def test_each_runtimes_guests_and_pods_layout_is_recognised_by_its_own_family(mo
               % CID, gpu_family_pod, gpu_owner.POD)]
     assert gpu_owner.RECOGNISERS == [families.CONTAINER.recognise, families.GUEST.recognise, families.POD.recognise]
     for path, module, kind in cases:
-        assert owner_of(path)['kind'] == kind
+        assert owner_of(path).kind == kind
         # Without its family's recogniser, gpu_owner reads only systemd's layout: a unit, a
         # scope or nothing, never that kind.
         monkeypatch.setattr(gpu_owner, 'RECOGNISERS', [r for r in gpu_owner.RECOGNISERS
                                                        if r is not module.FAMILY.recognise])
-        assert owner_of(path)['kind'] != kind
+        assert owner_of(path).kind != kind
         monkeypatch.undo()
 
 

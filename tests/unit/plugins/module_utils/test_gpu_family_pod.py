@@ -14,9 +14,9 @@ def test_pod_systemd_driver_containerd_burstable():
     path = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/"
             "cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), CID))
     got = own(v2(path))
-    assert got["kind"] == "pod"
-    assert got["pod"]["uid"] == POD_UID
-    assert (got["runtime"], got["id"]) == ("cri-containerd", CID)
+    assert got.kind == "pod"
+    assert got.pod["uid"] == POD_UID
+    assert (got.runtime, got.id) == ("cri-containerd", CID)
 
 
 def test_pod_guaranteed_crio():
@@ -24,7 +24,7 @@ def test_pod_guaranteed_crio():
     # container's scope "crio-<id>.scope" (its conmon's "crio-conmon-<id>.scope").
     path = "/kubepods.slice/kubepods-pod%s.slice/crio-%s.scope" % (POD_UID.replace("-", "_"), CID)
     got = own(v2(path))
-    assert (got["kind"], got["runtime"], got["pod"]["uid"]) == ("pod", "cri-o", POD_UID)
+    assert (got.kind, got.runtime, got.pod["uid"]) == ("pod", "cri-o", POD_UID)
 
 
 def test_pod_cgroupfs_driver_v1():
@@ -32,4 +32,4 @@ def test_pod_cgroupfs_driver_v1():
     # real GKE node's, from Qard/container-info test/fixtures.
     path = "/kubepods/besteffort/pod%s/%s" % (POD_UID, CID2)
     got = own(v1(path))
-    assert (got["kind"], got["id"], got["pod"]["uid"]) == ("pod", CID2, POD_UID)
+    assert (got.kind, got.id, got.pod["uid"]) == ("pod", CID2, POD_UID)

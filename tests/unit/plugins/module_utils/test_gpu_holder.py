@@ -81,7 +81,7 @@ def test_the_owner_resolved_before_classification_is_the_holders_and_protection_
                                   id='worker', name='worker', unit='supervisor.service',
                                   manager=gpu_owner.SYSTEM_MANAGER, confirmed=True)
     (holder,), _clients, _unconfirmed = decide.classify(s, [], set(), UNITS, FREE_MIB, owners={10: program})
-    assert holder.owner is program and cgroup_held.owner['kind'] == gpu_owner.SERVICE
+    assert holder.owner is program and cgroup_held.owner.kind == gpu_owner.SERVICE
     assert holder.unit == cgroup_held.unit == 'supervisor.service'
     assert holder._replace(owner=cgroup_held.owner) == cgroup_held
     assert decide.skip_code(holder, ()) == supervisors.LEVER_OFF and decide.skip_code(cgroup_held, ()) is None

@@ -17,6 +17,9 @@ import pytest
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner as owner_mod
+from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
+
+from ..modules.module_run import documented
 
 from .holders import make_holder
 from .observations import CID, CTX, FREE_MIB, POD_UID, V1_ROOTS, gpu, own, proc, snap, v1, v2
@@ -31,9 +34,9 @@ def test_podman_rootless_user_slice_is_the_users_not_a_container():
     # scope (any user can mkdir "libpod-<64 hex>.scope" there): it is her cgroup, and its
     # scope a candidate unit of her own manager, never a container root's podman would stop.
     got = own(v2("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-%s.scope" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("user", None, None)
-    assert (got["controlled_by"], got["uid"]) == ("user", 1000)
-    assert (got["unit"], got["manager"]) == ("libpod-%s.scope" % CID, "user")
+    assert (got.kind, got.runtime, got.id) == ("user", None, None)
+    assert (got.controlled_by, got.uid) == ("user", 1000)
+    assert (got.unit, got.manager) == ("libpod-%s.scope" % CID, "user")
 
 
 def test_docker_v1_only_in_controllers():
@@ -42,7 +45,7 @@ def test_docker_v1_only_in_controllers():
     text = ("1:name=systemd:/user.slice/user-0.slice/session-3.scope\n"
             "4:memory:/docker/%s\n3:pids:/docker/%s\n" % (CID, CID))
     got = own(text)
-    assert (got["kind"], got["runtime"], got["id"]) == ("container", "docker", CID)
+    assert (got.kind, got.runtime, got.id) == ("container", "docker", CID)
 
 
 # --- Kubernetes pods: a pod in any hierarchy (the layouts: test_gpu_family_pod.py) ----------
@@ -52,7 +55,7 @@ def test_pod_wins_over_anything_else_in_another_hierarchy():
     # plain container or unit, whatever another line says.
     text = ("1:name=systemd:/system.slice/containerd.service\n"
             "4:memory:/kubepods/pod%s/%s\n" % (POD_UID, CID))
-    assert own(text)["kind"] == "pod"
+    assert own(text).kind == "pod"
 
 
 # --- guests: the outermost owner wins (the layouts: test_gpu_family_guest.py) --------------
@@ -61,7 +64,7 @@ def test_docker_inside_an_lxc_guest_belongs_to_the_guest():
     # Seen from the Proxmox host, docker's container is inside guest 101: the host's docker
     # CLI cannot reach it, the guest is what this host knows.
     got = own(v2("/lxc/101/ns/system.slice/docker-%s.scope" % CID))
-    assert (got["kind"], got["runtime"], got["id"]) == ("guest", "proxmox", "101")
+    assert (got.kind, got.runtime, got.id) == ("guest", "proxmox", "101")
 
 
 # --- systemd units of this host -------------------------------------------------------------
@@ -80,7 +83,7 @@ def test_docker_inside_an_lxc_guest_belongs_to_the_guest():
 ])
 def test_units_and_nothing(text, kind, unit):
     got = own(text)
-    assert (got["kind"], got["unit"]) == (kind, unit)
+    assert (got.kind, got.unit) == (kind, unit)
 
 
 def test_a_users_own_service_is_not_a_system_unit_to_stop():
@@ -154,9 +157,61 @@ def test_parse_pct_config_hostname():
     assert owner_mod.parse_inspect("pct", "arch: amd64\nhostname: sglang-a01\nmemory: 65536\n") == {"name": "sglang-a01"}
 
 
+
+# --- the record (issue: a named record for every shape, as gpu_holder.Holder) ------------------
+
+def documented_owner_keys():
+    """The keys gpu_reclaim's RETURN documents for a holder's owner: its `holders` are the list
+    gpu_holders returns, whose RETURN lists `owner`'s keys."""
+    assert "M(gpuops.reclaim.gpu_holders)" in " ".join(documented(gpu_reclaim)["holders"]["description"])
+    return set(documented(gpu_holders)["holders"]["contains"]["owner"]["contains"])
+
+
+def test_an_owners_result_has_exactly_the_keys_the_modules_document():
+    supervised = owner_mod.new_owner(owner_mod.SUPERVISOR, "/system.slice/supervisor.service",
+                                     runtime="supervisord", id="worker", name="worker",
+                                     supervisor={"pid": 40, "start_time": 5, "program_pid": 16},
+                                     cli_error={"code": owner_mod.CLI_TIMEOUT, "text": "no answer"})
+    for owner in (owner_mod.new_owner(owner_mod.NONE), own(v2("/system.slice/docker-%s.scope" % CID)),
+                  own(v2("/kubepods/pod%s/%s" % (POD_UID, CID))), supervised,
+                  own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))):
+        result = owner.as_result()
+        assert type(result) is dict and set(result) == documented_owner_keys()
+        assert list(result) == list(owner_mod.FIELDS)
+        # Plain data: JSON gives back the same dict, the nested pod and supervisor dicts too.
+        assert json.loads(json.dumps(result)) == result
+        assert result == dict((field, getattr(owner, field)) for field in owner_mod.FIELDS)
+    pod = own(v2("/kubepods/pod%s/%s" % (POD_UID, CID))).as_result()["pod"]
+    assert pod == {"namespace": None, "name": None, "uid": POD_UID}
+    assert supervised.as_result()["supervisor"] == {"pid": 40, "start_time": 5, "program_pid": 16}
+
+
+def test_an_owner_cannot_be_changed_in_place():
+    owner = own(v2("/system.slice/docker-%s.scope" % CID))
+    with pytest.raises(AttributeError):
+        owner.confirmed = True
+    with pytest.raises(TypeError):
+        owner["confirmed"] = True   # the dict it was took this
+    with pytest.raises(TypeError):
+        assert owner["kind"]        # no dict-style read either: attributes only
+    assert not hasattr(owner, "update") and not hasattr(owner, "get")
+    # A different value is a new record; the one built stays as it was.
+    confirmed = owner._replace(confirmed=True, name="hog")
+    assert (owner.confirmed, owner.name) == (None, None) and (confirmed.confirmed, confirmed.name) == (True, "hog")
+    # A result changed afterwards never reaches the record it came from.
+    pod_owner = own(v2("/kubepods/pod%s/%s" % (POD_UID, CID)))
+    pod_owner.as_result()["pod"]["name"] = "changed"
+    assert pod_owner.pod["name"] is None
+
+
+def test_an_owner_field_that_does_not_exist_is_refused_by_name():
+    with pytest.raises(TypeError, match="no owner field colour"):
+        owner_mod.new_owner(owner_mod.CONTAINER, colour="red")
+
+
 def test_describe_names_what_a_person_can_act_on():
     pod = own(v2("/kubepods/pod%s/%s" % (POD_UID, CID)))
-    pod["pod"].update(namespace="infer", name="sglang-0")
+    pod = pod._replace(pod=dict(pod.pod, namespace="infer", name="sglang-0"))
     assert owner_mod.describe(pod) == "Kubernetes pod infer/sglang-0 (uid %s)" % POD_UID
     ctr = own(v2("/machine.slice/libpod-%s.scope" % CID))._replace(name="hog")
     assert owner_mod.describe(ctr) == "podman container hog (%s)" % CID[:12]
@@ -170,7 +225,7 @@ def test_describe_names_what_a_person_can_act_on():
 def test_a_users_service_is_her_managers_unit_not_the_systems():
     # The case test_units_and_nothing states: the unit is hers, and nothing system-wide stops it.
     got = own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))
-    assert (got["kind"], got["unit"], got["manager"], got["uid"]) == ("user", "vllm.service", "user", 1000)
+    assert (got.kind, got.unit, got.manager, got.uid) == ("user", "vllm.service", "user", 1000)
     holder = make_holder(unit=None, owner=got._replace(confirmed=False))
     from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide
     assert gpu_decide.units_to_stop([holder], set()) == []

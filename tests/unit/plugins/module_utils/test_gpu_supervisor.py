@@ -255,7 +255,7 @@ def supervised_survey(pid=16, error=None, name='exits-on-term'):
     survey = held_by((pid, name), cgroup=SUP_CG.strip())
     found = sup.match([holder(pid), supervisord()], 40)
     owner = owner_of(found, None if error else 'worker', name='worker', error=error)
-    owner['supervisor']['program_pid'] = pid
+    owner = owner._replace(supervisor=dict(owner.supervisor, program_pid=pid))
     survey.holders[0] = survey.holders[0]._replace(owner=owner)
     return survey
 

@@ -111,7 +111,7 @@ def test_the_protected_units_and_containers_come_from_the_ancestors_cgroups():
         u for u in (flow.decide.unit_from_cgroup(c) for c in cgroups) if u)
     owners = [gpu_owner.owner_from_cgroup(c) for c in cgroups]
     assert surveyor.protected_containers() == set(
-        o['id'] for o in owners if o['kind'] == gpu_owner.CONTAINER and o['id'])
+        o.id for o in owners if o.kind == gpu_owner.CONTAINER and o.id)
 
 
 def test_a_runtimes_name_makes_a_new_owner_record_never_changes_the_cgroups():
@@ -119,7 +119,7 @@ def test_a_runtimes_name_makes_a_new_owner_record_never_changes_the_cgroups():
     owner = gpu_owner.owner_from_cgroup('0::/system.slice/docker-%s.scope\n' % cid)
     asked = {('docker', cid): {'name': 'hog', 'restart_policy': 'always', 'pid': 4343, 'init_cgroup': 'x'}}
     named = gpu_survey.named_owner(owner, 1.0, asked)
-    assert (named['name'], named['restart_policy'], named['cli_error']) == ('hog', 'always', None)
-    assert owner['name'] is None and owner['restart_policy'] is None and 'pid' not in named
+    assert (named.name, named.restart_policy, named.cli_error) == ('hog', 'always', None)
+    assert owner.name is None and owner.restart_policy is None and 'pid' not in named.as_result()
     plain = gpu_owner.owner_from_cgroup('0::/system.slice/sglang.service\n')
     assert gpu_survey.named_owner(plain, 1.0, asked) is plain

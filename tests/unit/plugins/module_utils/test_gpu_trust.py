@@ -57,8 +57,8 @@ def test_a_name_in_alices_subtree_chooses_no_root_lever_and_no_shield(inner):
     path = "%s/%s" % (ALICE, inner)
     owner = owner_of(path, first_user_index=2, units=SYSTEM_VICTIM,
                      runtimes={("docker", CID): {"pid": 4242, "init_cgroup": hybrid(path)}})
-    assert (owner["kind"], owner["controlled_by"], owner["uid"]) == ("user", "user", 1000)
-    assert owner["id"] is None and owner["pod"] is None and owner["runtime"] is None
+    assert (owner.kind, owner.controlled_by, owner.uid) == ("user", "user", 1000)
+    assert owner.id is None and owner.pod is None and owner.runtime is None
     for lever in (trust.STOP_UNIT, trust.STOP_CONTAINER, trust.SHIELD_POD, trust.SHIELD_INIT):
         assert trust.refusal(lever, owner) == trust.USER_CGROUP
     assert trust.refusal(trust.STOP_USER_UNIT, owner) in (trust.UNCONFIRMED, trust.NOT_THAT_OWNER)
@@ -67,13 +67,13 @@ def test_a_name_in_alices_subtree_chooses_no_root_lever_and_no_shield(inner):
 def test_the_user_manager_rule_holds_without_the_directory_owners():
     # Without stat results (a pure parse), user@UID.service alone still ends root's names.
     owner = gpu_owner.owner_from_cgroup(hybrid("%s/victim.service" % ALICE))
-    assert (owner["kind"], owner["uid"], owner["unit"], owner["manager"]) == ("user", 1000, "victim.service", "user")
+    assert (owner.kind, owner.uid, owner.unit, owner.manager) == ("user", 1000, "victim.service", "user")
     assert trust.refusal(trust.STOP_UNIT, owner) == trust.USER_CGROUP
 
 
 def test_a_glob_is_never_a_unit_of_anyone():
     owner = owner_of("%s/*.service" % ALICE, first_user_index=2)
-    assert owner["unit"] is None and owner["manager"] is None
+    assert owner.unit is None and owner.manager is None
     assert not gpu_owner.valid_unit_name("*.service")
     for name in ("sshd.servic?", "[a-z]*.service", "a b.service", "x@.service", "", "a" * 252 + ".service"):
         assert not gpu_owner.valid_unit_name(name), name
@@ -86,21 +86,21 @@ def test_a_directory_root_does_not_own_hands_its_childrens_names_to_its_owner():
     # The service's own name was chosen by root (its parent is root's); below it, hers.
     path = "/system.slice/job.service/docker-%s.scope" % CID
     owner = owner_of(path, first_user_index=1)
-    assert (owner["kind"], owner["controlled_by"], owner["uid"]) == ("user", "user", 1000)
+    assert (owner.kind, owner.controlled_by, owner.uid) == ("user", "user", 1000)
     assert trust.refusal(trust.STOP_CONTAINER, owner) == trust.USER_CGROUP
     top = owner_of("/system.slice/job.service", first_user_index=1,
                    units={"job.service": UnitFacts("always", "active", "/system.slice/job.service")})
-    assert (top["kind"], top["unit"], top["controlled_by"]) == ("service", "job.service", "root")
+    assert (top.kind, top.unit, top.controlled_by) == ("service", "job.service", "root")
     assert trust.refusal(trust.STOP_UNIT, top) is None
 
 
 def test_an_unreadable_directory_or_a_path_outside_the_namespace_is_unknown():
     path = "/system.slice/docker-%s.scope" % CID
     owner = gpu_owner.owner_from_cgroup("0::%s\n" % path, {("", path): [0, None, None]})
-    assert (owner["kind"], owner["controlled_by"]) == ("user", "unknown")
+    assert (owner.kind, owner.controlled_by) == ("user", "unknown")
     assert trust.refusal(trust.STOP_CONTAINER, owner) == trust.UNKNOWN_CGROUP
     outside = gpu_owner.owner_from_cgroup("0::/../../system.slice/x.service\n", {})
-    assert outside["controlled_by"] == "unknown" and outside["unit"] is None
+    assert outside.controlled_by == "unknown" and outside.unit is None
 
 
 def test_a_path_she_named_in_any_hierarchy_makes_the_process_hers():
@@ -110,7 +110,7 @@ def test_a_path_she_named_in_any_hierarchy_makes_the_process_hers():
     text = "9:name=systemd:%s\n0::%s\n" % (root_named, hers)
     owner = gpu_owner.owner_from_cgroup(text, {("name=systemd", root_named): uids_down(root_named),
                                                ("", hers): uids_down(hers, 2)})
-    assert (owner["kind"], owner["controlled_by"]) == ("user", "user")
+    assert (owner.kind, owner.controlled_by) == ("user", "user")
 
 
 def test_a_system_unit_counts_only_when_systemd_confirms_its_control_group():
@@ -128,7 +128,7 @@ def test_a_users_service_is_her_managers_unit_not_the_systems():
     path = "%s/vllm.service" % ALICE
     owner = owner_of(path, first_user_index=2,
                      user_units={(1000, "vllm.service"): UnitFacts("always", "active", path)})
-    assert (owner["unit"], owner["manager"], owner["confirmed"]) == ("vllm.service", "user", True)
+    assert (owner.unit, owner.manager, owner.confirmed) == ("vllm.service", "user", True)
     assert trust.refusal(trust.STOP_UNIT, owner) == trust.USER_CGROUP
     assert trust.refusal(trust.STOP_USER_UNIT, owner) is None
     # Her manager knows no such unit there (a directory she made): nothing to stop anywhere.

@@ -58,9 +58,9 @@ def test_its_cgroup_names_its_container_only_while_it_is_registered():
         assert families.LADDER.index(family) == families.LADDER.index(families.CONTAINER) - 1
     finally:
         families.unregister(family)
-    assert (owner['kind'], owner['runtime'], owner['id']) == (gpu_owner.CONTAINER, 'stubrt', CID)
+    assert (owner.kind, owner.runtime, owner.id) == (gpu_owner.CONTAINER, 'stubrt', CID)
     # Unregistered, the same path is a plain scope of this host, as before and after.
-    assert before['kind'] == gpu_owner.SCOPE and gpu_owner.owner_from_cgroup(cgroup_of(CID)) == before
+    assert before.kind == gpu_owner.SCOPE and gpu_owner.owner_from_cgroup(cgroup_of(CID)) == before
     assert 'stubrt' not in lever.RUNTIMES and family not in families.LADDER
 
 
@@ -71,7 +71,7 @@ def test_the_survey_reads_its_facts_once_and_trusts_its_confirmation(stub):
     holder = survey.holders[0]
     assert stub.asked == [CID]      # once per container and run
     owner = holder.owner
-    assert (owner['runtime'], owner['name'], owner['restart_policy'], owner['confirmed']) == (
+    assert (owner.runtime, owner.name, owner.restart_policy, owner.confirmed) == (
         'stubrt', 'stub-0123', 'always', True)
     chosen = stub.lever(holder, flow.family.Context((), set(), set(), None, 5.0))
     assert chosen.refusal is None and chosen.watch == lever.WATCH_CONTAINER
