@@ -190,7 +190,7 @@ def supervised(owner):
     code = error.get('code')
     if code in (gpu_owner.CLI_MISSING, gpu_owner.CLI_TIMEOUT, gpu_owner.CLI_FAILED, supervisors.NOT_LISTED):
         find = '' if owner.id else (' (find the program whose pid is %s with `%s`)'
-                                           % (sup.get('program_pid'), supervisors.status_command(owner)))
+                                    % (sup.get('program_pid'), supervisors.status_command(owner)))
         return ('it is run by %s, whose autorestart brings back what is killed, and %s: nothing was '
                 'signalled; stop the program by hand once the supervisor answers: `%s`%s'
                 % (what, escape_text(error.get('text')), command, find))
