@@ -53,7 +53,7 @@ def test_its_result_has_the_keys_gpu_holders_documents_in_the_order_it_always_ha
     assert set(result) == documented_holder_keys()
     assert list(result) == list(gpu_holder.FIELDS)
     assert result['pid'] == holder.pid == 10 and result['owner'] == holder.owner.as_result()
-    assert type(result['owner']) is dict   # a result is plain data (JSON), never the record
+    assert isinstance(result['owner'], dict)   # a result is plain data (JSON), never the record
     assert result['peer_gpus'] == [] and result['gpus'] == [0] and result['kind'] == 'context'
     # A client was never sorted among the GPUs: no peer_gpus, as before.
     assert set(client.as_result()) == documented_holder_keys() - set(['peer_gpus'])

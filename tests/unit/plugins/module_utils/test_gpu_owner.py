@@ -157,8 +157,7 @@ def test_parse_pct_config_hostname():
     assert owner_mod.parse_inspect("pct", "arch: amd64\nhostname: sglang-a01\nmemory: 65536\n") == {"name": "sglang-a01"}
 
 
-
-# --- the record (issue: a named record for every shape, as gpu_holder.Holder) ------------------
+# --- the record (a named record for every shape, as gpu_holder.Holder) -------------------------
 
 def documented_owner_keys():
     """The keys gpu_reclaim's RETURN documents for a holder's owner: its `holders` are the list
@@ -176,7 +175,7 @@ def test_an_owners_result_has_exactly_the_keys_the_modules_document():
                   own(v2("/kubepods/pod%s/%s" % (POD_UID, CID))), supervised,
                   own(v2("/user.slice/user-1000.slice/user@1000.service/app.slice/vllm.service"))):
         result = owner.as_result()
-        assert type(result) is dict and set(result) == documented_owner_keys()
+        assert isinstance(result, dict) and set(result) == documented_owner_keys()
         assert list(result) == list(owner_mod.FIELDS)
         # Plain data: JSON gives back the same dict, the nested pod and supervisor dicts too.
         assert json.loads(json.dumps(result)) == result
