@@ -50,6 +50,7 @@ VENV_BIN = os.path.join(bl.REPO, ".venv", "bin")
 METHODS = ("reclaim.yml", "module", "fuser", "ping", "check", "module-check")
 RECLAIMING = ("reclaim.yml", "module", "fuser")
 CHECKING = ("check", "module-check")
+PLAYBOOK_METHODS = ("reclaim.yml", "check")   # the methods that run ansible-playbook
 BLIND = "fuser -k /dev/nvidia*; sleep 1; fuser -k /dev/nvidia*; true"
 LAB_DEFAULTS = {"LAB_STATE": "/var/lib/gpuops-lab-bench", "LAB_RUN": "/run/gpuops-lab-bench",
                 "LAB_ADDR_BASE": "200"}
@@ -214,11 +215,11 @@ def main():
             log_path = os.path.join(logdir, "%s-%d.log" % (method, len(samples[method])))
             with open(log_path, "w") as log:
                 argv, extra_env = cmds[method]
-                if kind in ("reclaim.yml", "check") and "@" not in method:
+                if kind in PLAYBOOK_METHODS and "@" not in method:
                     # The run's summary is part of its cost; written beside the log, not in the checkout.
                     argv = argv + ["-e", "reclaim_summary_file=%s.summary.json" % log_path]
                 times_path = log_path + ".tasks.jsonl"
-                if args.task_times and kind in ("reclaim.yml", "check"):
+                if args.task_times and kind in PLAYBOOK_METHODS:
                     extra_env = dict(extra_env, BENCH_TASK_TIMES=times_path, ANSIBLE_CALLBACKS_ENABLED="bench_task_times",
                                      ANSIBLE_CALLBACK_PLUGINS=os.path.join(bl.BENCH, "callback_plugins"))
                 wall, cpu, rc = timed(argv, ansible_env(args.hosts, extra_env), log)
