@@ -74,10 +74,14 @@ def run_container(lab, node, gpu, mib, init=False, restart="always"):
             "-v /var/lib/fakegpu:/var/lib/fakegpu %s %s fakegpu hold --gpu %d:%d --title sglang-ctr"
             % (CTR, restart, "--init" if init else "", devices, IMAGE, gpu, mib))
     cid = lab.exec(node, argv, timeout=120).stdout.strip().splitlines()[-1]
+    wait_holding(lab, node, gpu, mib)
+    return cid
+
+
+def wait_holding(lab, node, gpu, mib):
     sc.wait_until(lab, node, "[ \"$(fakegpu status | python3 -c 'import json,sys; "
                   "print([g for g in json.load(sys.stdin)[\"gpus\"] if g[\"index\"] == %d][0][\"memory_used_mib\"])')\" = %d ]"
                   % (gpu, mib), "container holding %d MiB on GPU %d" % (mib, gpu))
-    return cid
 
 
 def container_state(lab, node):
@@ -145,7 +149,9 @@ def test_without_the_container_lever_the_restarting_container_is_named(lab, pnod
     sc.wait_until(lab, pnode, "[ \"$(podman inspect --format '{{.RestartCount}}' %s)\" -ge 1 ] && "
                   "[ \"$(podman inspect --format '{{.State.Status}}' %s)\" = running ]" % (CTR, CTR),
                   "podman restarting the container")
-    sc.wait_until(lab, pnode, "[ -n \"$(pgrep -f 'fakegpu hold')\" ]", "the respawned holder")
+    # The respawned process holds the GPU only once it has mapped its memory, a moment after it
+    # starts: a survey before that would find GPU 4 free, with nothing to name.
+    wait_holding(lab, pnode, 4, 1000)
     pid, start = holder_pid(lab, pnode)
 
     result = reclaim(lab, pnode, gpus=["4"], stop_containers=False)

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 
 import pytest
 
@@ -58,18 +59,47 @@ def two_nodes(lab, clean_gpus):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_playbook(tmp, nodes, *extra):
+def run_playbook(tmp, nodes, *extra, at=()):
+    """Run playbooks/reclaim.yml on `nodes`; returns (the run, the summary file's JSON).
+
+    `at`: (text, act) pairs in the order the play meets them. Each `act()` runs once the play has
+    printed a line holding its text (a task's banner), while the play goes on: what a test does
+    to a node at a known step of the play, instead of after a guessed sleep. Every text must be
+    met. The play is ended after 600 s, as `subprocess.run`'s timeout would."""
     summary = os.path.join(tmp, "summary.json")
     if os.path.exists(summary):
         os.unlink(summary)
-    run = subprocess.run(
-        [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
-         "-l", ",".join(nodes), "-e", "reclaim_serial=1", "-e", "reclaim_max_fail_percentage=0",
-         "-e", "reclaim_summary_file=" + summary] + list(extra),
-        env=ansible_env(), capture_output=True, text=True, timeout=600, check=False)
+    argv = [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
+            "-l", ",".join(nodes), "-e", "reclaim_serial=1", "-e", "reclaim_max_fail_percentage=0",
+            "-e", "reclaim_summary_file=" + summary] + list(extra)
+    if at:
+        run = run_acting(argv, list(at))
+    else:
+        run = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False)
     assert os.path.exists(summary), "no summary file (rc %d)\n%s%s" % (run.returncode, run.stdout, run.stderr)
     with open(summary) as f:
         return run, json.load(f)
+
+
+def run_acting(argv, at):
+    play = subprocess.Popen(argv, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watchdog = threading.Timer(600, play.kill)
+    watchdog.start()
+    lines = []
+    try:
+        for line in play.stdout:
+            lines.append(line)
+            if at and at[0][0] in line:
+                at.pop(0)[1]()
+        play.wait()
+    finally:
+        watchdog.cancel()
+        if play.poll() is None:
+            play.kill()
+            play.wait()
+    out = "".join(lines)
+    assert not at, "the play never printed %r\n%s" % (at[0][0], out)
+    return subprocess.CompletedProcess(argv, play.returncode, out, "")
 
 
 def orphan_on_gpu3(lab, node):

@@ -12,8 +12,6 @@ tokens is in flight for N x that; it counts them on /metrics in each engine's ow
 """
 
 import json
-import os
-import subprocess
 import threading
 import time
 import urllib.error
@@ -22,8 +20,7 @@ import urllib.request
 import pytest
 
 from . import scenarios as sc
-from .conftest import VENV_BIN, ansible_env
-from .test_reclaim_playbook import GOOD_SERVER, PLAYBOOK, SERVER_RESET, playbook_dir, run_playbook, write_host_vars
+from .test_reclaim_playbook import GOOD_SERVER, SERVER_RESET, playbook_dir, run_playbook, write_host_vars
 from .test_server_state import main_pid
 
 TOKEN_S = 0.1
@@ -76,26 +73,18 @@ class Client(threading.Thread):
 def play_sending_requests_at_restart(lab, node, tmp, make_clients):
     """Run the play; at preflight's last tasks (a second or two before the stop, whatever the runtime's
     preflight takes), start the clients. Returns (returncode, output, the summary's server, clients)."""
-    summary_path = os.path.join(tmp, "summary.json")
-    play = subprocess.Popen(
-        [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
-         "-l", node, "-e", "reclaim_summary_file=" + summary_path],
-        env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, clients = [], []
-    for line in play.stdout:
-        lines.append(line)
-        if not clients and "inference_service : Say which hand-started container would be stopped" in line:
-            clients = make_clients()
-            for client in clients:
-                client.start()
-            break
-    rest = play.communicate(timeout=600)[0]
-    out = "".join(lines) + rest
-    assert clients, out
+    clients = []
+
+    def send():
+        clients.extend(make_clients())
+        for client in clients:
+            client.start()
+
+    run, summary = run_playbook(tmp, [node], at=[
+        ("inference_service : Say which hand-started container would be stopped", send)])
     for client in clients:
         client.join(120)
-    with open(summary_path) as f:
-        return play.returncode, out, json.load(f)["hosts"][node]["server"], clients
+    return run.returncode, run.stdout + run.stderr, summary["hosts"][node]["server"], clients
 
 
 def test_a_flag_change_lets_the_requests_in_flight_finish_and_reports_the_drain(lab, node):

@@ -17,16 +17,19 @@ start of the same unit misbehave, so the unit never changes and only the server'
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
 
 from . import scenarios as sc
-from .conftest import VENV_BIN, ansible_env
-from .test_reclaim_playbook import GOOD_SERVER, PLAYBOOK, SERVER_RESET, playbook_dir, run_playbook, write_host_vars
+from .test_reclaim_playbook import GOOD_SERVER, SERVER_RESET, playbook_dir, run_playbook, write_host_vars
 
 FAULT = "/run/fakeserve.fault"
+# A start with the one-shot fault "load-until PATH" loads until PATH exists; the test ends its load
+# once the play has judged it loading and waits for it (that wait's banner), as a large model's load
+# outlasts the play's arrival however busy the controller is (a fixed 90 s load did not, in CI).
+LOADED = "/run/fakeserve.loaded"
+WAITS_FOR_LOAD = "inference_service : Wait for the loading server's health"
 
 
 def server_vars(**over):
@@ -39,9 +42,9 @@ def server_vars(**over):
 def node(lab, clean_gpus):
     name = lab.nodes[0]
     sc.cleanup(lab, name)
-    lab.exec(name, SERVER_RESET + "; rm -f %s" % FAULT)
+    lab.exec(name, SERVER_RESET + "; rm -f %s %s" % (FAULT, LOADED))
     yield name
-    lab.exec(name, SERVER_RESET + "; rm -f %s" % FAULT)
+    lab.exec(name, SERVER_RESET + "; rm -f %s %s" % (FAULT, LOADED))
     sc.cleanup(lab, name)
 
 
@@ -73,6 +76,12 @@ def healthy(lab, name):
                     % (lab.status()[name]["ip"], GOOD_SERVER["inference_service_port"]), check=False).stdout.strip() == "200"
 
 
+def end_load(lab, name, path, started):
+    """End a "load-until PATH" start's load (tests/fakeserve); returns how long it had loaded."""
+    lab.exec(name, "touch " + path)
+    return time.monotonic() - started
+
+
 def restart_by_hand(lab, name, fault=None):
     if fault:
         lab.exec(name, "echo %s > %s" % (fault, FAULT))
@@ -81,10 +90,14 @@ def restart_by_hand(lab, name, fault=None):
 
 
 def test_a_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up(lab, node):
-    # This start loads for 90 s: longer than a busy controller takes to reach the server in the play.
     tmp = converge(lab, node, server_vars(inference_service_health_timeout=240))
-    pid, _started = restart_by_hand(lab, node, "slow-load 90")
-    run, summary = run_playbook(tmp, [node])
+    pid, started = restart_by_hand(lab, node, "load-until " + LOADED)
+    loaded_for = []
+
+    def end():
+        loaded_for.append(end_load(lab, node, LOADED, started))
+
+    run, summary = run_playbook(tmp, [node], at=[(WAITS_FOR_LOAD, end)])
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     server = summary["hosts"][node]["server"]
@@ -92,7 +105,7 @@ def test_a_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up
     assert main_pid(lab, node) == pid, "the loading server was stopped"
     state = server["state"]
     assert (state["state"], state["code"], state["time_to_serve_s"]) == ("serving", "loaded", None), state
-    assert state["ttft_s"] is not None and state["age_s"] >= 90, state
+    assert state["ttft_s"] is not None and state["age_s"] >= int(loaded_for[0]), (state, loaded_for)
     metrics = server_metrics(lab, node)
     assert metrics['gpuops_inference_server_state{state="serving"}'] == 1, metrics
     assert metrics['gpuops_inference_server_state{state="loading"}'] == 0, metrics
@@ -128,29 +141,19 @@ def test_a_server_hung_in_loading_past_its_health_timeout_is_restarted_and_comes
 def test_a_server_paused_for_8_s_while_the_play_probes_it_is_not_restarted(lab, node):
     tmp = converge(lab, node, server_vars())
     pid = main_pid(lab, node)
-    summary_path = os.path.join(tmp, "summary.json")
-    play = subprocess.Popen(
-        [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
-         "-l", node, "-e", "reclaim_summary_file=" + summary_path],
-        env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, paused = [], None
-    try:
-        for line in play.stdout:
-            lines.append(line)
-            # The task right before the server is probed, in this role before and after issue 30.
-            if paused is None and "inference_service : Read the unit's state" in line:
-                lab.exec(node, "kill -STOP %d" % pid)
-                paused = time.monotonic()
-                break
-        assert paused is not None, "".join(lines)
-        time.sleep(max(0.0, 8 - (time.monotonic() - paused)))
-    finally:
-        lab.exec(node, "kill -CONT %d" % pid, check=False)
-    rest = play.communicate(timeout=600)[0]
-    out = "".join(lines) + rest
-    assert play.returncode == 0, out
-    with open(summary_path) as f:
-        server = json.load(f)["hosts"][node]["server"]
+
+    def pause_8_s():
+        lab.exec(node, "kill -STOP %d" % pid)
+        try:
+            time.sleep(8)
+        finally:
+            lab.exec(node, "kill -CONT %d" % pid, check=False)
+
+    # At the task right before the server is probed, in this role before and after issue 30.
+    run, summary = run_playbook(tmp, [node], at=[("inference_service : Read the unit's state", pause_8_s)])
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    server = summary["hosts"][node]["server"]
     assert server["restart_reasons"] == [], server
     assert main_pid(lab, node) == pid, out
     assert server["state"]["state"] == "serving", server
@@ -217,20 +220,16 @@ def test_a_quiet_server_whose_ranks_memory_grew_is_stalled_naming_the_growth_as_
     # yet, 0 MiB kept), waits out its 35 s budget, and observes it again: its ranks mapped their
     # memory 12 s after the start while its log said nothing after "Load weight begin", then it hung.
     tmp = converge(lab, node, server_vars(inference_service_health_timeout=35))
-    summary_path = os.path.join(tmp, "summary.json")
-    play = subprocess.Popen(
-        [os.path.join(VENV_BIN, "ansible-playbook"), PLAYBOOK, "-i", os.path.join(tmp, "inventory.ini"),
-         "-l", node, "-e", "reclaim_summary_file=" + summary_path],
-        env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, pid = [], None
-    for line in play.stdout:
-        lines.append(line)
-        if pid is None and "inference_service : Read the installed unit" in line:
-            pid, _started = restart_by_hand(lab, node, "hang-quiet 12")
-    out = "".join(lines) + play.communicate(timeout=600)[0]
-    assert pid is not None and play.returncode == 0, out
-    with open(summary_path) as f:
-        server = json.load(f)["hosts"][node]["server"]
+    restarted = []
+
+    def restart():
+        restarted.append(restart_by_hand(lab, node, "hang-quiet 12")[0])
+
+    run, summary = run_playbook(tmp, [node], at=[("inference_service : Read the installed unit", restart)])
+    out = run.stdout + run.stderr
+    [pid] = restarted
+    assert run.returncode == 0, out
+    server = summary["hosts"][node]["server"]
     [reason] = server["restart_reasons"]
     assert reason.startswith("no /health 200 in ") and "; its ranks' GPU memory last grew " in reason, reason
     assert "; last log line " in reason and "Load weight begin" in reason, reason

@@ -2,7 +2,7 @@
 (LAB_CONTAINERS=1, test_containers.py's lab) running the role's own podman unit (`podman run
 --cgroups=split`, conmon its main process) with the stand-in engine image (lab-serve-image):
 
-- a server restarted by hand and still loading is left alone and comes up;
+- a server restarted by hand and still loading when the play judges it is left alone and comes up;
 - one hung after loading past its health timeout is restarted, the reason naming its age and its
   last line in the container's log (podman logs), and comes up;
 - one whose rank on GPU 1 died while its front end answers /health 200 is restarted, naming GPU 1;
@@ -20,10 +20,11 @@ import pytest
 from . import scenarios as sc
 from .test_reclaim_playbook import GOOD_SERVER, playbook_dir, run_playbook, write_host_vars
 from .test_server_drain import Client, play_sending_requests_at_restart
-from .test_server_state import healthy
+from .test_server_state import WAITS_FOR_LOAD, end_load, healthy
 
 FAULT_DIR = "/run/fakeserve-fault"
 FAULT = FAULT_DIR + "/fault"
+LOADED = FAULT_DIR + "/loaded"     # test_server_state.LOADED's file, seen in the container too
 IMAGE = "localhost/gpuops-lab/sglang:1"
 RESET = ("systemctl stop sglang 2>/dev/null; rm -f /etc/systemd/system/sglang.service /etc/gpuops/*; "
          "systemctl daemon-reload; podman rm -f -a -t 0 >/dev/null 2>&1; rm -rf %s; true" % FAULT_DIR)
@@ -79,10 +80,9 @@ def restart_by_hand(lab, name, fault=None):
 
 
 def test_a_podman_server_restarted_by_hand_and_still_loading_is_left_alone_and_comes_up(lab, pnode):
-    # This start loads for 90 s: longer than a busy controller takes to reach the server in the play.
     tmp = converge(lab, pnode, server_vars(inference_service_health_timeout=240))
-    cid, _started = restart_by_hand(lab, pnode, "slow-load 90")
-    run, summary = run_playbook(tmp, [pnode])
+    cid, started = restart_by_hand(lab, pnode, "load-until " + LOADED)
+    run, summary = run_playbook(tmp, [pnode], at=[(WAITS_FOR_LOAD, lambda: end_load(lab, pnode, LOADED, started))])
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     server = summary["hosts"][pnode]["server"]

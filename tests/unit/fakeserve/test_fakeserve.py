@@ -161,6 +161,21 @@ def test_hang_after_load_never_opens_port(server):
     assert p.poll() is None
 
 
+def test_a_load_until_fault_loads_until_its_file_exists(server, tmp_path):
+    fault, release = tmp_path / "fault", tmp_path / "release"
+    fault.write_text("load-until %s\n" % release)
+    p, base = server(env={"FAKESERVE_FAULT_FILE": str(fault), "FAKESERVE_PROGRESS_SECONDS": "0.2"})
+    # Past its --fake-load-seconds 1, still loading: port closed, progress printed, alive.
+    assert not _wait_status(base + "/health", 200, timeout=3)
+    assert p.poll() is None and not fault.exists()
+    release.touch()
+    assert _wait_status(base + "/health", 200)
+    p.send_signal(signal.SIGTERM)                       # serving: stops its ranks and exits
+    out = p.communicate(timeout=10)[0]
+    shards = [line for line in out.splitlines() if "Loading safetensors checkpoint shards" in line]
+    assert len(shards) >= 10 and shards[-1].endswith("100% Completed | 64/64"), shards
+
+
 def test_crash_exits_nonzero(server):
     p = server(env={"FAKESERVE_FAULT": "crash"})[0]
     assert p.wait(timeout=15) != 0
