@@ -40,6 +40,8 @@ OUTSIDE = 'outside'                  # elsewhere: not the unit's
 # Runtimes whose containers a unit may run its server in (the role's inference_service_runtime).
 CONTAINER_RUNTIMES = ('docker', 'podman')
 CMDLINE_CHARS = 160
+# The owner's fields a listener carries (port_owner's RETURN `owners[].owner`): scalars, read off the record.
+OWNER_FIELDS = ('kind', 'runtime', 'id', 'unit', 'controlled_by', 'uid')
 
 
 def verdict(path, group, container_group=None):
@@ -101,15 +103,13 @@ def listeners(port, host, unit=None, container=None, proc='/proc', timeout=10):
             uids = (info.cgroup_uids or {}).get((hierarchy, path))
             if uids is not None:
                 break
-        # The record crosses into port_owner's result here, as plain data (RETURN `owners[].owner`).
-        owned = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids).as_result()
+        owned = gpu_owner.owner_from_cgroup(info.cgroup, info.cgroup_uids)
         code = verdict(path, group, (own or {}).get('cgroup'))
         entry = {'pid': pid, 'start_time': info.start_time, 'uid': info.uid, 'user': info.user,
                  'name': info.name, 'cmdline': info.cmdline or info.name,
                  'unit': gpu_owner.root_named_unit(path, uids), 'cgroup': path,
                  'in_unit': code == IN_UNIT, 'in_container': code == UNIT_CONTAINER, 'reason_code': code,
-                 'owner': dict((key, owned[key]) for key in
-                               ('kind', 'runtime', 'id', 'unit', 'controlled_by', 'uid'))}
+                 'owner': dict((key, getattr(owned, key)) for key in OWNER_FIELDS)}
         entry['label'] = label(entry)
         owners.append(entry)
     return {'port': port, 'host': host, 'listening': bool(inodes), 'owners': owners, 'unit': unit,

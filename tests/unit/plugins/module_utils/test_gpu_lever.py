@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """gpu_lever: one table from an owner to its lever (what to run, allowed or a refusal code, how
 a comeback is watched), through the holders gpu_decide.classify makes from cgroups as the real
-hosts write them (observations.py)."""
+hosts write them (observations.py); and the runtime table, the argv each runtime is run with."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -16,6 +16,7 @@ from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_say as s
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_trust as trust
 
 from .holders import make_holder
+from .observations import own, v2
 
 CID = 'a' * 64
 
@@ -175,3 +176,24 @@ def test_codes_are_grouped_and_no_value_means_two_things():
     # Lever.why, Lever.watch and the protection codes never share a value.
     assert not set(lever.WHY_BY_HAND) & set(lever.WATCHES)
     assert not set(lever.WHY_BY_HAND) & set(lever.PROTECTIONS)
+
+
+# --- the runtime table: what each runtime is run with -----------------------------------------
+
+def test_stop_argv_never_removes_and_carries_the_grace():
+    container = own(v2("/machine.slice/libpod-%s.scope" % CID))
+    assert lever.runtime_argv("podman", "stop", container, grace=7.6) == ["podman", "stop", "-t", "8", "--", CID]
+    docker = own(v2("/system.slice/docker-%s.scope" % CID))
+    assert lever.runtime_argv("docker", "stop", docker, grace=0) == ["docker", "stop", "-t", "0", "--", CID]
+    for row in lever.RUNTIMES.values():
+        assert "rm" not in (row["stop"] or []) and "kill" not in (row["stop"] or [])
+
+
+def test_pods_and_guests_have_no_stop():
+    for runtime in ("cri-containerd", "cri-o", "proxmox", "lxc", "systemd-nspawn"):
+        assert lever.runtime_argv(runtime, "stop", gpu_owner.new_owner("pod", id=CID)) is None
+
+
+def test_containerd_argv_carries_its_namespace():
+    got = own(v2("/k8s.io/%s" % CID))
+    assert lever.runtime_argv("containerd", "inspect", got)[:3] == ["nerdctl", "--namespace", "k8s.io"]

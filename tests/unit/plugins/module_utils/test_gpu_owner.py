@@ -1,6 +1,6 @@
 """gpu_owner: the owner of a process from real /proc/PID/cgroup texts: the walk over every
-hierarchy (outermost owner first, a pod anywhere, a user's subtree), systemd's own layout, the
-runtime table, descriptions. Each runtime's, guest's and pod's layout is its family's
+hierarchy (outermost owner first, a pod anywhere, a user's subtree), systemd's own layout, what a
+runtime's `inspect` says, descriptions. Each runtime's, guest's and pod's layout is its family's
 (test_gpu_family_container.py, test_gpu_family_guest.py, test_gpu_family_pod.py).
 
 Each case names where its layout comes from: the runtime's source, its documentation, a
@@ -15,7 +15,6 @@ import json
 import pytest
 
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_decide as decide
-from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_lever
 from ansible_collections.gpuops.reclaim.plugins.module_utils import gpu_owner as owner_mod
 from ansible_collections.gpuops.reclaim.plugins.modules import gpu_holders, gpu_reclaim
 
@@ -105,26 +104,7 @@ def test_every_owner_has_every_key():
         assert set(own(text).as_result()) == keys
 
 
-# --- the runtime table ----------------------------------------------------------------------
-
-def test_stop_argv_never_removes_and_carries_the_grace():
-    container = own(v2("/machine.slice/libpod-%s.scope" % CID))
-    assert gpu_lever.runtime_argv("podman", "stop", container, grace=7.6) == ["podman", "stop", "-t", "8", "--", CID]
-    docker = own(v2("/system.slice/docker-%s.scope" % CID))
-    assert gpu_lever.runtime_argv("docker", "stop", docker, grace=0) == ["docker", "stop", "-t", "0", "--", CID]
-    for row in gpu_lever.RUNTIMES.values():
-        assert "rm" not in (row["stop"] or []) and "kill" not in (row["stop"] or [])
-
-
-def test_pods_and_guests_have_no_stop():
-    for runtime in ("cri-containerd", "cri-o", "proxmox", "lxc", "systemd-nspawn"):
-        assert gpu_lever.runtime_argv(runtime, "stop", owner_mod.new_owner("pod", id=CID)) is None
-
-
-def test_containerd_argv_carries_its_namespace():
-    got = own(v2("/k8s.io/%s" % CID))
-    assert gpu_lever.runtime_argv("containerd", "inspect", got)[:3] == ["nerdctl", "--namespace", "k8s.io"]
-
+# --- what `inspect` says ------------------------------------------------------------------
 
 def test_parse_docker_and_podman_inspect():
     # `docker inspect` prints a list; Name has a leading '/' in docker, none in podman.
