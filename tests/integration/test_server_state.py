@@ -25,9 +25,10 @@ from . import scenarios as sc
 from .test_reclaim_playbook import GOOD_SERVER, SERVER_RESET, playbook_dir, run_playbook, write_host_vars
 
 FAULT = "/run/fakeserve.fault"
-# A start with the one-shot fault "load-until PATH" loads until PATH exists; the test ends its load
-# once the play has judged it loading and waits for it (that wait's banner), as a large model's load
-# outlasts the play's arrival however busy the controller is (a fixed 90 s load did not, in CI).
+# A start with the one-shot fault "load-until PATH" loads until PATH exists ("hang-quiet PATH": its
+# ranks map their memory then); the test ends its load once the play has judged it loading and
+# waits for it (that wait's banner), as a large model's load outlasts the play's arrival however
+# busy the controller is (a fixed 90 s load did not, in CI).
 LOADED = "/run/fakeserve.loaded"
 WAITS_FOR_LOAD = "inference_service : Wait for the loading server's health"
 
@@ -218,16 +219,18 @@ def test_inputs_that_cannot_work_together_are_refused_naming_the_variable_and_th
 def test_a_quiet_server_whose_ranks_memory_grew_is_stalled_naming_the_growth_as_its_last_progress(lab, node):
     # The run meets the server loading (restarted by hand as the play reads its unit: no context
     # yet, 0 MiB kept), waits out its 35 s budget, and observes it again: its ranks mapped their
-    # memory 12 s after the start while its log said nothing after "Load weight begin", then it hung.
+    # memory once the play had begun that wait, while its log said nothing after "Load weight
+    # begin", then it hung.
     tmp = converge(lab, node, server_vars(inference_service_health_timeout=35))
     restarted = []
 
     def restart():
-        restarted.append(restart_by_hand(lab, node, "hang-quiet 12")[0])
+        restarted.append(restart_by_hand(lab, node, "hang-quiet " + LOADED))
 
-    run, summary = run_playbook(tmp, [node], at=[("inference_service : Read the installed unit", restart)])
+    run, summary = run_playbook(tmp, [node], at=[("inference_service : Read the installed unit", restart),
+                                                 (WAITS_FOR_LOAD, lambda: end_load(lab, node, LOADED, restarted[0][1]))])
     out = run.stdout + run.stderr
-    [pid] = restarted
+    [(pid, _started)] = restarted
     assert run.returncode == 0, out
     server = summary["hosts"][node]["server"]
     [reason] = server["restart_reasons"]

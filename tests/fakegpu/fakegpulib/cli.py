@@ -39,6 +39,9 @@ def build_parser():
     h.add_argument("--load-s", type=float, default=0.0, metavar="SECONDS",
                    help="after taking --title, load this long (as a server loads its weights) "
                         "before mapping any memory; what must fit is checked then, as cudaMalloc does")
+    h.add_argument("--load-until", metavar="PATH",
+                   help="after --load-s, load until PATH exists (at most an hour): a load as long as a "
+                        "test needs, ended by it")
     h.add_argument("--fork-inherit", action="store_true",
                    help="fork a child after allocating that keeps the inherited fds")
     h.add_argument("--ready-file", help="write JSON here once everything is held")

@@ -11,6 +11,7 @@ from .errors import UsageError
 from .gpumem import Context
 from .nvml import Nvml, NvmlError
 
+LOAD_UNTIL_MAX_S = 3600    # --load-until's bound, as --load-s's
 FAKEGPU = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "fakegpu")
 
 
@@ -82,7 +83,9 @@ def validate(args):
     for opt, val in (("--import-s", args.import_s), ("--load-s", args.load_s)):
         if not 0 <= val <= 3600:
             raise UsageError("%s %r: must be 0 to 3600 seconds" % (opt, val))
-    if not args.load_s:
+    if args.load_until is not None and not os.path.isabs(args.load_until):
+        raise UsageError("--load-until %r: must be an absolute path" % args.load_until)
+    if not args.load_s and args.load_until is None:
         check_fits(own + kids + peers)
     return cfg, own, kids, peers
 
@@ -135,6 +138,11 @@ def run(args):
         # A real server re-titles itself first, then needs seconds (weights: minutes) before it
         # takes the GPU again (FIELD_NOTES, H200 third round): the memory comes last.
         time.sleep(args.load_s)
+    if args.load_until is not None:
+        deadline = time.monotonic() + LOAD_UNTIL_MAX_S
+        while not os.path.exists(args.load_until) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if args.load_s or args.load_until is not None:
         check_fits(own + kids + peers)
     contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _unused in own]
     contexts += [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib, peer=True)

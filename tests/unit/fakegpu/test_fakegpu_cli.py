@@ -39,6 +39,7 @@ BAD = [
     (["hold", "--gpu", "0:1", "--load-s", "-1"], "--load-s -1.0"),
     (["hold", "--gpu", "0:1", "--load-s", "nan"], "--load-s nan"),
     (["hold", "--gpu", "0:1", "--load-s", "soon"], "'soon'"),
+    (["hold", "--gpu", "0:1", "--load-until", "loaded"], "--load-until 'loaded'"),
     (["hold", "--gpu", "0:1", "--import-s", "7200"], "--import-s 7200.0"),
     (["leak", "--gpu", "5", "--mib", "10"], "GPU index 5 "),
     (["leak", "--gpu", "0", "--mib", "-1"], "--mib -1:"),
@@ -122,6 +123,36 @@ def test_hold_with_load_s_takes_its_title_first_and_the_memory_only_after_loadin
         # titled, still loading: nothing mapped, nothing used
         status = json.loads(root.fakegpu("status").stdout)
         assert status["allocations"] == [] and status["gpus"][1]["processes"] == []
+        gpus = root.wait_for(lambda g: g[1]["used_mib"] >= 64)
+        assert gpus[1]["used_mib"] >= 64 and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_hold_with_load_until_maps_its_memory_only_once_the_file_exists(root, tmp_path):
+    """A load a test ends: titled at once, the memory mapped only after the file appears."""
+    import subprocess
+    import sys
+    import time
+    from fakegpulib.testing import FAKEGPU
+    loaded = tmp_path / "loaded"
+    proc = subprocess.Popen([sys.executable, FAKEGPU, "hold", "--gpu", "1:64", "--title", "sglang::scheduler_TP1",
+                             "--load-until", str(loaded)], env=root.env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root.pids.append(proc.pid)
+    root.procs.append(proc)
+    try:
+        def comm():
+            with open("/proc/%d/comm" % proc.pid) as f:
+                return f.read().strip()
+        deadline = time.monotonic() + 30
+        while comm() != "sglang::schedul" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.0)   # titled a second ago and still nothing mapped: it waits for the file
+        assert comm() == "sglang::schedul" and proc.poll() is None
+        assert root.nvml()[1]["used_mib"] == 0
+        loaded.touch()
         gpus = root.wait_for(lambda g: g[1]["used_mib"] >= 64)
         assert gpus[1]["used_mib"] >= 64 and proc.poll() is None
     finally:
