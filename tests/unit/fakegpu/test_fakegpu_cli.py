@@ -1,9 +1,13 @@
 """Bad input to every `fakegpu` subcommand: a clear error naming the value, config unchanged."""
+import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from fakegpulib.testing import FakeGpuRoot
+from fakegpulib.testing import FAKEGPU, FakeGpuRoot
 
 pytestmark = pytest.mark.usefixtures("stand_in_lib")
 
@@ -89,18 +93,31 @@ def test_status_lists_gpus_and_allocations(root):
     assert [a["mib"] for a in status["allocations"]] == [64]
 
 
-def test_hold_with_load_s_takes_its_title_first_and_the_memory_only_after_loading(root):
-    """A restarted server re-titles itself at once and takes the GPU seconds later."""
-    import json
-    import subprocess
-    import sys
-    import time
-    from fakegpulib.testing import FAKEGPU
-    proc = subprocess.Popen([sys.executable, FAKEGPU, "hold", "--gpu", "1:64", "--title",
-                             "sglang::scheduler_TP1", "--import-s", "0.5", "--load-s", "1.5"], env=root.env,
+def start_hold(root, *args):
+    """A `fakegpu hold` of 64 MiB on GPU 1 titled sglang::scheduler_TP1, ended by the fixture."""
+    proc = subprocess.Popen([sys.executable, FAKEGPU, "hold", "--gpu", "1:64", "--title", "sglang::scheduler_TP1"]
+                            + list(args), env=root.env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     root.pids.append(proc.pid)
     root.procs.append(proc)
+    return proc
+
+
+def comm(proc):
+    with open("/proc/%d/comm" % proc.pid) as f:
+        return f.read().strip()
+
+
+def wait_titled(proc):
+    deadline = time.monotonic() + 30
+    while comm(proc) != "sglang::schedul" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert comm(proc) == "sglang::schedul"
+
+
+def test_hold_with_load_s_takes_its_title_first_and_the_memory_only_after_loading(root):
+    """A restarted server re-titles itself at once and takes the GPU seconds later."""
+    proc = start_hold(root, "--import-s", "0.5", "--load-s", "1.5")
     try:
         def cmdline():
             with open("/proc/%d/cmdline" % proc.pid, "rb") as f:
@@ -110,14 +127,7 @@ def test_hold_with_load_s_takes_its_title_first_and_the_memory_only_after_loadin
             time.sleep(0.02)
         # importing: its own command line, no title yet
         assert b"--import-s" in cmdline()
-
-        def comm():
-            with open("/proc/%d/comm" % proc.pid) as f:
-                return f.read().strip()
-        deadline = time.monotonic() + 30
-        while comm() != "sglang::schedul" and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert comm() == "sglang::schedul"
+        wait_titled(proc)
         with open("/proc/%d/cmdline" % proc.pid, "rb") as f:
             assert f.read().split(b"\0")[0] == b"sglang::scheduler_TP1"
         # titled, still loading: nothing mapped, nothing used
@@ -132,26 +142,12 @@ def test_hold_with_load_s_takes_its_title_first_and_the_memory_only_after_loadin
 
 def test_hold_with_load_until_maps_its_memory_only_once_the_file_exists(root, tmp_path):
     """A load a test ends: titled at once, the memory mapped only after the file appears."""
-    import subprocess
-    import sys
-    import time
-    from fakegpulib.testing import FAKEGPU
     loaded = tmp_path / "loaded"
-    proc = subprocess.Popen([sys.executable, FAKEGPU, "hold", "--gpu", "1:64", "--title", "sglang::scheduler_TP1",
-                             "--load-until", str(loaded)], env=root.env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    root.pids.append(proc.pid)
-    root.procs.append(proc)
+    proc = start_hold(root, "--load-until", str(loaded))
     try:
-        def comm():
-            with open("/proc/%d/comm" % proc.pid) as f:
-                return f.read().strip()
-        deadline = time.monotonic() + 30
-        while comm() != "sglang::schedul" and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_titled(proc)
         time.sleep(1.0)   # titled a second ago and still nothing mapped: it waits for the file
-        assert comm() == "sglang::schedul" and proc.poll() is None
-        assert root.nvml()[1]["used_mib"] == 0
+        assert proc.poll() is None and root.nvml()[1]["used_mib"] == 0
         loaded.touch()
         gpus = root.wait_for(lambda g: g[1]["used_mib"] >= 64)
         assert gpus[1]["used_mib"] >= 64 and proc.poll() is None
