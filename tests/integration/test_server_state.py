@@ -28,7 +28,7 @@ FAULT = "/run/fakeserve.fault"
 # A start with the one-shot fault "load-until PATH" loads until PATH exists ("hang-quiet PATH": its
 # ranks map their memory then); the test ends its load once the play has judged it loading and
 # waits for it (that wait's banner), as a large model's load outlasts the play's arrival however
-# busy the controller is (a fixed 90 s load did not, in CI).
+# busy the controller is (a fixed 90 s load can end before a busy controller arrives).
 LOADED = "/run/fakeserve.loaded"
 WAITS_FOR_LOAD = "inference_service : Wait for the loading server's health"
 

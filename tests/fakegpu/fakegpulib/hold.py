@@ -85,9 +85,15 @@ def validate(args):
             raise UsageError("%s %r: must be 0 to 3600 seconds" % (opt, val))
     if args.load_until is not None and not os.path.isabs(args.load_until):
         raise UsageError("--load-until %r: must be an absolute path" % args.load_until)
-    if not args.load_s and args.load_until is None:
+    if not loads_first(args):
         check_fits(own + kids + peers)
     return cfg, own, kids, peers
+
+
+def loads_first(args):
+    """Whether the memory is mapped only after a load (--load-s, --load-until): what must fit is
+    checked then, not at the start."""
+    return bool(args.load_s) or args.load_until is not None
 
 
 def spawn_child(idx, mib, title, args):
@@ -142,7 +148,7 @@ def run(args):
         deadline = time.monotonic() + LOAD_UNTIL_MAX_S
         while not os.path.exists(args.load_until) and time.monotonic() < deadline:
             time.sleep(0.05)
-    if args.load_s or args.load_until is not None:
+    if loads_first(args):
         check_fits(own + kids + peers)
     contexts = [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib) for idx, mib, _unused in own]
     contexts += [Context(idx, config.gpu_by_index(cfg, idx)["minor"], mib, peer=True)
